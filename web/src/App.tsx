@@ -1,0 +1,175 @@
+import { useCallback, useEffect, useMemo, useRef, useState } from 'react';
+import { Composer } from './components/Composer';
+import { ConnectionBanner, ConnectionStatus } from './components/ConnectionStatus';
+import { MessageList } from './components/MessageList';
+import type { MessageActions } from './components/MessageView';
+import { SettingsDialog } from './components/SettingsDialog';
+import { Sidebar } from './components/Sidebar';
+import { TransportSwitch } from './components/TransportSwitch';
+import { useConversations } from './hooks/useConversations';
+import { useGeneration } from './hooks/useGeneration';
+import { useSettings } from './hooks/useSettings';
+import { useTransport } from './hooks/useTransport';
+import { chatReducer, historyBefore, isRunning, type ChatAction, type Message } from './state/conversations';
+import { samplingParams } from './state/settings';
+
+function newId(prefix: string): string {
+  // crypto.randomUUID needs a secure context; a LAN address over http is not one.
+  return `${prefix}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 10)}`;
+}
+
+function placeholderAnswer(now: number): Message {
+  return { id: newId('a'), role: 'assistant', content: '', createdAt: now, status: 'waiting' };
+}
+
+export function App() {
+  const [settings, updateSettings] = useSettings();
+  const [state, dispatch] = useConversations();
+  const { transport, connection, socket, httpModels } = useTransport(settings.transport, settings.apiKey);
+  const generation = useGeneration(dispatch, transport);
+  const [settingsOpen, setSettingsOpen] = useState(false);
+  const [sidebarOpen, setSidebarOpen] = useState(false);
+  const [followToken, setFollowToken] = useState(0);
+
+  // Handlers read the latest values through a ref, so their identity never changes and
+  // memoised messages do not re-render because of them.
+  const latest = useRef({ state, settings, generation, httpModels });
+  latest.current = { state, settings, generation, httpModels };
+
+  const active = state.activeId ? state.conversations[state.activeId] : undefined;
+  const runningAnswer = active?.messages.find(isRunning);
+
+  /** Apply an action that creates an answer, then ask for that answer. */
+  const ask = useCallback(
+    (action: Extract<ChatAction, { type: 'send' | 'edit' | 'regenerate' }>) => {
+      const { state: current, settings: s, generation: g, httpModels: models } = latest.current;
+      const next = chatReducer(current, action);
+      const conversation = next.conversations[action.conversationId];
+      if (!conversation || next === current) return;
+      dispatch(action);
+      setFollowToken((t) => t + 1);
+      const messages = historyBefore(conversation, action.assistant.id, s.systemPrompt);
+      const model = s.transport === 'ws' ? undefined : models?.[0];
+      g.start(conversation.id, action.assistant.id, { messages, params: samplingParams(s), ...(model ? { model } : {}) });
+    },
+    [dispatch],
+  );
+
+  const send = useCallback(
+    (text: string) => {
+      const now = Date.now();
+      const conversationId = latest.current.state.activeId ?? newId('c');
+      const user: Message = { id: newId('u'), role: 'user', content: text, createdAt: now };
+      ask({ type: 'send', conversationId, user, assistant: placeholderAnswer(now), now });
+    },
+    [ask],
+  );
+
+  const actions: MessageActions = useMemo(
+    () => ({
+      onEdit(messageId, content) {
+        const id = latest.current.state.activeId;
+        if (!id) return;
+        const now = Date.now();
+        ask({ type: 'edit', conversationId: id, messageId, content, assistant: placeholderAnswer(now), now });
+      },
+      onRegenerate() {
+        const id = latest.current.state.activeId;
+        if (!id) return;
+        const now = Date.now();
+        ask({ type: 'regenerate', conversationId: id, assistant: placeholderAnswer(now), now });
+      },
+      onStop(messageId) {
+        latest.current.generation.stop(messageId);
+      },
+    }),
+    [ask],
+  );
+
+  const closeSidebar = useCallback(() => setSidebarOpen(false), []);
+  useEffect(() => {
+    if (!sidebarOpen) return;
+    const onKey = (event: KeyboardEvent) => {
+      if (event.key === 'Escape') setSidebarOpen(false);
+    };
+    window.addEventListener('keydown', onKey);
+    return () => window.removeEventListener('keydown', onKey);
+  }, [sidebarOpen]);
+
+  const conversations = useMemo(() => state.order.flatMap((id) => state.conversations[id] ?? []), [state.order, state.conversations]);
+  const hello = connection.status === 'open' ? connection.hello : null;
+
+  return (
+    <div className="app">
+      <Sidebar
+        conversations={conversations}
+        activeId={state.activeId}
+        open={sidebarOpen}
+        onNew={() => {
+          dispatch({ type: 'new' });
+          closeSidebar();
+          document.getElementById('composer-input')?.focus();
+        }}
+        onSelect={(id) => {
+          dispatch({ type: 'select', id });
+          setFollowToken((t) => t + 1);
+          closeSidebar();
+        }}
+        onDelete={(id) => {
+          generation.stopConversation(id);
+          dispatch({ type: 'delete', id });
+        }}
+        onClose={closeSidebar}
+      />
+      <main className="chat">
+        <header className="chat-header">
+          <button
+            type="button"
+            className="button-ghost menu-button"
+            aria-label="Conversations"
+            aria-controls="sidebar"
+            aria-expanded={sidebarOpen}
+            onClick={() => setSidebarOpen((open) => !open)}
+          >
+            ☰
+          </button>
+          <h1 className="chat-title">{active?.title ?? 'New conversation'}</h1>
+          <TransportSwitch value={settings.transport} onChange={(kind) => updateSettings({ transport: kind })} />
+          <ConnectionStatus kind={settings.transport} connection={connection} />
+          <button type="button" className="button-ghost settings-button" aria-haspopup="dialog" onClick={() => setSettingsOpen(true)}>
+            <span aria-hidden="true">⚙</span>
+            <span className="label">Settings</span>
+          </button>
+        </header>
+        {active && active.messages.length > 0 ? (
+          <MessageList messages={active.messages} actions={actions} followToken={followToken} />
+        ) : (
+          <div className="empty-state">
+            <h2>What shall we talk about?</h2>
+            <p>
+              Answers stream from the local model token by token
+              {hello?.models?.[0] ? (
+                <>
+                  {' '}
+                  (<code>{hello.models[0]}</code>)
+                </>
+              ) : null}
+              . Switch the transport above to compare WebSocket, SSE and REST.
+            </p>
+          </div>
+        )}
+        <div className="composer-area">
+          {settings.transport === 'ws' ? <ConnectionBanner connection={connection} onRetry={() => socket?.retryNow()} /> : null}
+          <Composer running={runningAnswer !== undefined} onSend={send} onStop={() => runningAnswer && generation.stop(runningAnswer.id)} />
+        </div>
+      </main>
+      <SettingsDialog
+        open={settingsOpen}
+        settings={settings}
+        maxTokensLimit={hello?.limits?.max_tokens}
+        onChange={updateSettings}
+        onClose={() => setSettingsOpen(false)}
+      />
+    </div>
+  );
+}

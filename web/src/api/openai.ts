@@ -1,0 +1,188 @@
+/**
+ * Client of the OpenAI-compatible HTTP routes: `POST /v1/chat/completions` streamed as
+ * server-sent events (the "SSE" transport) or answered in one JSON body (the "REST" one).
+ */
+import { authHeaders } from './auth';
+import { errorFromOpenAiBody, errorFromResponse } from './errors';
+import { SseDecoder } from './sse';
+import type { FinishReason, GenerationHandle, GenerationHandlers, GenerationRequest, Transport, Usage } from './types';
+
+export interface OpenAiClientOptions {
+  baseUrl: string;
+  apiKey?: string;
+  stream: boolean;
+  fetch?: typeof fetch;
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+function toFinishReason(value: unknown): FinishReason {
+  return value === 'length' || value === 'cancelled' ? value : 'stop';
+}
+
+function toUsage(value: unknown): Usage | undefined {
+  if (!isRecord(value) || typeof value.prompt_tokens !== 'number' || typeof value.completion_tokens !== 'number') return undefined;
+  return { prompt_tokens: value.prompt_tokens, completion_tokens: value.completion_tokens };
+}
+
+function firstChoice(chunk: Record<string, unknown>): Record<string, unknown> | undefined {
+  const choices = chunk.choices;
+  return Array.isArray(choices) && isRecord(choices[0]) ? choices[0] : undefined;
+}
+
+export function chatCompletionBody(request: GenerationRequest, stream: boolean): Record<string, unknown> {
+  return {
+    ...(request.model ? { model: request.model } : {}),
+    messages: request.messages,
+    ...request.params,
+    stream,
+    ...(stream ? { stream_options: { include_usage: true } } : {}),
+  };
+}
+
+export class OpenAiClient implements Transport {
+  readonly kind: 'sse' | 'rest';
+  private readonly fetchImpl: typeof fetch;
+
+  constructor(private readonly options: OpenAiClientOptions) {
+    this.kind = options.stream ? 'sse' : 'rest';
+    this.fetchImpl = options.fetch ?? ((input, init) => fetch(input, init));
+  }
+
+  generate(request: GenerationRequest, handlers: GenerationHandlers): GenerationHandle {
+    const controller = new AbortController();
+    let settled = false;
+    const settle = (report: () => void) => {
+      if (settled) return;
+      settled = true;
+      report();
+    };
+    void this.run(request, handlers, controller.signal, settle);
+    return {
+      cancel: () => {
+        // HTTP has no cancel frame: closing the request is how the server learns to stop.
+        settle(() => handlers.onEnd({ finishReason: 'cancelled' }));
+        controller.abort();
+      },
+    };
+  }
+
+  private async run(
+    request: GenerationRequest,
+    handlers: GenerationHandlers,
+    signal: AbortSignal,
+    settle: (report: () => void) => void,
+  ): Promise<void> {
+    let response: Response;
+    try {
+      response = await this.fetchImpl(`${this.options.baseUrl}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', Accept: this.options.stream ? 'text/event-stream' : 'application/json', ...authHeaders(this.options.apiKey) },
+        body: JSON.stringify(chatCompletionBody(request, this.options.stream)),
+        signal,
+      });
+    } catch (error) {
+      settle(() => handlers.onError({ code: 'network', message: error instanceof Error ? error.message : String(error) }));
+      return;
+    }
+    if (!response.ok) {
+      const error = await errorFromResponse(response);
+      settle(() => handlers.onError(error));
+      return;
+    }
+    if (this.options.stream) await this.readStream(response, handlers, settle);
+    else await this.readBody(response, handlers, settle);
+  }
+
+  private async readBody(response: Response, handlers: GenerationHandlers, settle: (report: () => void) => void): Promise<void> {
+    let body: unknown;
+    try {
+      body = await response.json();
+    } catch (error) {
+      settle(() => handlers.onInterrupted(error instanceof Error ? `The answer was cut off: ${error.message}` : 'The answer was cut off.'));
+      return;
+    }
+    if (!isRecord(body) || isRecord(body.error)) {
+      settle(() => handlers.onError(errorFromOpenAiBody(body, response.status)));
+      return;
+    }
+    const choice = firstChoice(body);
+    const message = choice && isRecord(choice.message) ? choice.message : undefined;
+    const content = message && typeof message.content === 'string' ? message.content : '';
+    settle(() => {
+      handlers.onStart?.({ model: typeof body.model === 'string' ? body.model : undefined, promptTokens: toUsage(body.usage)?.prompt_tokens });
+      if (content) handlers.onDelta(content);
+      handlers.onEnd({ finishReason: toFinishReason(choice?.finish_reason), usage: toUsage(body.usage) });
+    });
+  }
+
+  private async readStream(response: Response, handlers: GenerationHandlers, settle: (report: () => void) => void): Promise<void> {
+    const reader = response.body?.getReader();
+    if (!reader) {
+      settle(() => handlers.onInterrupted('The server sent no stream.'));
+      return;
+    }
+    const decoder = new SseDecoder();
+    let finishReason: FinishReason = 'stop';
+    let usage: Usage | undefined;
+    let started = false;
+    let done = false;
+    const handle = (data: string): void => {
+      if (data === '[DONE]') {
+        done = true;
+        settle(() => handlers.onEnd({ finishReason, usage }));
+        return;
+      }
+      let chunk: unknown;
+      try {
+        chunk = JSON.parse(data);
+      } catch {
+        return;
+      }
+      if (!isRecord(chunk)) return;
+      if (isRecord(chunk.error)) {
+        done = true;
+        settle(() => handlers.onError(errorFromOpenAiBody(chunk)));
+        return;
+      }
+      if (!started) {
+        started = true;
+        handlers.onStart?.({ model: typeof chunk.model === 'string' ? chunk.model : undefined });
+      }
+      usage = toUsage(chunk.usage) ?? usage;
+      const choice = firstChoice(chunk);
+      if (!choice) return;
+      const delta = isRecord(choice.delta) ? choice.delta : undefined;
+      if (delta && typeof delta.content === 'string' && delta.content) handlers.onDelta(delta.content);
+      if (typeof choice.finish_reason === 'string') finishReason = toFinishReason(choice.finish_reason);
+    };
+    try {
+      while (!done) {
+        const { value, done: ended } = await reader.read();
+        const events = ended ? decoder.end() : decoder.feed(value);
+        for (const event of events) if (!done) handle(event.data);
+        if (ended) break;
+      }
+      if (!done) settle(() => handlers.onInterrupted('The stream ended before the answer was complete.'));
+    } catch (error) {
+      settle(() => handlers.onInterrupted(`The answer was cut off: ${error instanceof Error ? error.message : String(error)}.`));
+    } finally {
+      if (done) void reader.cancel().catch(() => undefined);
+    }
+  }
+}
+
+/** `GET /v1/models`: the model ids, or null where the route is missing or failing. */
+export async function listModels(baseUrl: string, apiKey?: string, fetchImpl: typeof fetch = fetch): Promise<string[] | null> {
+  try {
+    const response = await fetchImpl(`${baseUrl}/v1/models`, { headers: authHeaders(apiKey) });
+    if (!response.ok) return null;
+    const body: unknown = await response.json();
+    if (!isRecord(body) || !Array.isArray(body.data)) return null;
+    return body.data.flatMap((model) => (isRecord(model) && typeof model.id === 'string' ? [model.id] : []));
+  } catch {
+    return null;
+  }
+}

@@ -1,0 +1,75 @@
+import { useEffect, useLayoutEffect, useRef, useState } from 'react';
+import { isRunning, type Message } from '../state/conversations';
+import { MessageView, type MessageActions } from './MessageView';
+
+/** How close to the bottom (px) still counts as "following the answer". */
+const FOLLOW_SLACK_PX = 48;
+
+interface MessageListProps {
+  messages: Message[];
+  actions: MessageActions;
+  /** Changes when the user sends: scroll to the end even if they had scrolled up. */
+  followToken: number;
+}
+
+export function MessageList({ messages, actions, followToken }: MessageListProps) {
+  const scroller = useRef<HTMLDivElement>(null);
+  const content = useRef<HTMLDivElement>(null);
+  const following = useRef(true);
+  const [showJump, setShowJump] = useState(false);
+  const anyRunning = messages.some(isRunning);
+
+  const toBottom = () => {
+    const el = scroller.current;
+    if (el) el.scrollTop = el.scrollHeight;
+  };
+
+  useLayoutEffect(() => {
+    following.current = true;
+    setShowJump(false);
+    toBottom();
+  }, [followToken]);
+
+  // Follow the growing answer, unless the user scrolled up to read.
+  useEffect(() => {
+    const el = content.current;
+    if (!el) return;
+    const observer = new ResizeObserver(() => {
+      if (following.current) toBottom();
+    });
+    observer.observe(el);
+    return () => observer.disconnect();
+  }, []);
+
+  const onScroll = () => {
+    const el = scroller.current;
+    if (!el) return;
+    const atBottom = el.scrollHeight - el.scrollTop - el.clientHeight < FOLLOW_SLACK_PX;
+    following.current = atBottom;
+    setShowJump(!atBottom);
+  };
+
+  const lastIndex = messages.length - 1;
+  return (
+    <div className="message-scroller" ref={scroller} onScroll={onScroll}>
+      <div className="message-list" ref={content} role="log" aria-label="Conversation" aria-live="off">
+        {messages.map((message, index) => (
+          <MessageView key={message.id} message={message} isLast={index === lastIndex} canChange={!anyRunning} actions={actions} />
+        ))}
+      </div>
+      {showJump ? (
+        <button
+          type="button"
+          className="jump-to-latest"
+          onClick={() => {
+            following.current = true;
+            setShowJump(false);
+            toBottom();
+          }}
+        >
+          ↓ Latest
+        </button>
+      ) : null}
+    </div>
+  );
+}

@@ -1,0 +1,64 @@
+/** The transport the settings ask for, and the state of its connection. */
+import { useEffect, useMemo, useState, useSyncExternalStore } from 'react';
+import { listModels, OpenAiClient } from '../api/openai';
+import type { Transport, TransportKind } from '../api/types';
+import { TokenpipeSocket, type ConnectionState } from '../api/wsClient';
+
+export function serverBaseUrl(): string {
+  return window.location.origin;
+}
+
+function websocketUrl(): string {
+  const url = new URL('ws', window.location.href.replace(/[^/]*$/, ''));
+  url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
+  return url.href;
+}
+
+const IDLE: ConnectionState = { status: 'idle' };
+const noSubscription = () => () => undefined;
+
+export interface TransportInfo {
+  transport: Transport;
+  connection: ConnectionState;
+  socket: TokenpipeSocket | null;
+  /** Ids from `GET /v1/models`; null while unknown or where the route is missing. */
+  httpModels: string[] | null;
+}
+
+export function useTransport(kind: TransportKind, apiKey: string): TransportInfo {
+  const socket = useMemo(() => (kind === 'ws' ? new TokenpipeSocket({ url: websocketUrl(), apiKey }) : null), [kind, apiKey]);
+  const http = useMemo(
+    () => (kind === 'ws' ? null : new OpenAiClient({ baseUrl: serverBaseUrl(), apiKey, stream: kind === 'sse' })),
+    [kind, apiKey],
+  );
+  const [httpModels, setHttpModels] = useState<string[] | null>(null);
+
+  useEffect(() => {
+    if (!socket) return;
+    socket.connect();
+    // Coming back online is a better moment to retry than whatever the backoff says.
+    const online = () => socket.retryNow();
+    window.addEventListener('online', online);
+    return () => {
+      window.removeEventListener('online', online);
+      socket.close();
+    };
+  }, [socket]);
+
+  useEffect(() => {
+    if (!http) return;
+    let cancelled = false;
+    void listModels(serverBaseUrl(), apiKey).then((models) => {
+      if (!cancelled) setHttpModels(models);
+    });
+    return () => {
+      cancelled = true;
+    };
+  }, [http, apiKey]);
+
+  const connection = useSyncExternalStore(
+    socket ? (listener) => socket.subscribe(listener) : noSubscription,
+    () => socket?.connectionState ?? IDLE,
+  );
+  return { transport: (socket ?? http) as Transport, connection, socket, httpModels };
+}
