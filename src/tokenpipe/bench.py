@@ -1,0 +1,245 @@
+"""tokenpipe bench: N concurrent streams against a server; prints latency and throughput.
+
+    tokenpipe bench --url ws://127.0.0.1:8000/ws -n 8 --max-tokens 128
+    tokenpipe bench --api sse --url http://127.0.0.1:8000 -n 1
+    tokenpipe bench --reference llama-cpp-python   # the same prompt in-process, no server
+    tokenpipe bench --compare http://127.0.0.1:8080 # another OpenAI-style server, A B A B
+
+Tokens are counted from the server's usage; time to first token is measured by the client
+from sending the request to receiving the first non-empty text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_PROMPT = "Write a short story about a robot who learns to paint."
+
+
+@dataclass
+class StreamResult:
+    ttft: float = 0.0
+    total: float = 0.0
+    tokens: int = 0
+    gaps: list[float] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
+class RunResult:
+    label: str
+    streams: list[StreamResult]
+    wall: float
+
+    def summary(self) -> dict[str, Any]:
+        ok = [s for s in self.streams if s.error is None]
+        ttfts = sorted(s.ttft for s in ok)
+        gaps = sorted(g for s in ok for g in s.gaps)
+        tokens = sum(s.tokens for s in ok)
+        per_stream = [s.tokens / s.total for s in ok if s.total > 0]
+        return {
+            "label": self.label,
+            "streams": len(self.streams),
+            "errors": len(self.streams) - len(ok),
+            "ttft_p50_ms": _pct(ttfts, 50) * 1000,
+            "ttft_p99_ms": _pct(ttfts, 99) * 1000,
+            "ttft_max_ms": (ttfts[-1] if ttfts else 0) * 1000,
+            "itl_p50_ms": _pct(gaps, 50) * 1000,
+            "itl_p99_ms": _pct(gaps, 99) * 1000,
+            "aggregate_tok_s": tokens / self.wall if self.wall else 0.0,
+            "per_stream_tok_s": statistics.mean(per_stream) if per_stream else 0.0,
+            "tokens": tokens,
+        }
+
+
+def _pct(values: list[float], p: float) -> float:
+    if not values:
+        return 0.0
+    k = min(len(values) - 1, max(0, round(p / 100 * (len(values) - 1))))
+    return values[k]
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("bench", help="measure time to first token and tokens/s",
+                       description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--url", default="ws://127.0.0.1:8000/ws",
+                   help="ws://HOST:PORT/ws for --api ws, http://HOST:PORT for --api sse")
+    p.add_argument("--api", choices=["ws", "sse"], default="ws")
+    p.add_argument("-n", "--concurrency", type=int, default=1)
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--prompt", default=DEFAULT_PROMPT)
+    p.add_argument("--rounds", type=int, default=3, help="rounds (A B A B with --compare)")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--api-key")
+    p.add_argument("--model", help="model name to send (needed by some --compare servers)")
+    p.add_argument("--compare", help="another OpenAI-style server's base URL, run side by side")
+    p.add_argument("--reference", choices=["llama-cpp-python"],
+                   help="run the same prompt in-process with llama-cpp-python (1 stream)")
+    p.add_argument("--model-path", help="GGUF for --reference (default: the bundled model)")
+    p.add_argument("--threads", type=int)
+    p.add_argument("--json", action="store_true", help="print one JSON object per run")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    return asyncio.run(_main(args))
+
+
+async def _main(args: argparse.Namespace) -> int:
+    messages = [{"role": "user", "content": args.prompt}]
+    results: dict[str, list[RunResult]] = {}
+
+    async def one(label: str, fn: Any) -> None:
+        result = await fn()
+        results.setdefault(label, []).append(result)
+        _print(result, args.json)
+
+    targets: list[tuple[str, Any]] = []
+    if args.reference:
+        targets.append(("llama-cpp-python", lambda: asyncio.to_thread(
+            _reference_run, args, messages)))
+    else:
+        label = f"tokenpipe-{args.api}"
+        targets.append((label, lambda: _server_run(label, args.api, args.url, args, messages)))
+    if args.compare:
+        targets.append(("compare", lambda: _server_run(
+            "compare", "sse", args.compare, args, messages)))
+    for label, fn in targets:
+        for _ in range(args.warmup):
+            await fn()
+    for _ in range(args.rounds):
+        for label, fn in targets:
+            await one(label, fn)
+    print("\nmedians over rounds:")
+    base = None
+    for label, runs in results.items():
+        agg = statistics.median(r.summary()["aggregate_tok_s"] for r in runs)
+        ttft = statistics.median(r.summary()["ttft_p50_ms"] for r in runs)
+        base = base or agg
+        print(f"  {label:20s} aggregate {agg:8.1f} tok/s  ttft p50 {ttft:8.1f} ms"
+              f"  ratio {agg / base:5.2f}x")
+    return 0
+
+
+def _print(result: RunResult, as_json: bool) -> None:
+    s = result.summary()
+    if as_json:
+        print(json.dumps(s))
+        return
+    print(f"{s['label']:20s} n={s['streams']} err={s['errors']} "
+          f"ttft p50 {s['ttft_p50_ms']:7.1f} p99 {s['ttft_p99_ms']:7.1f} ms | "
+          f"itl p50 {s['itl_p50_ms']:6.2f} p99 {s['itl_p99_ms']:6.2f} ms | "
+          f"aggregate {s['aggregate_tok_s']:7.1f} tok/s, per stream "
+          f"{s['per_stream_tok_s']:6.1f} tok/s ({s['tokens']} tokens)")
+
+
+async def _server_run(label: str, api: str, url: str, args: argparse.Namespace,
+                      messages: list[dict[str, str]]) -> RunResult:
+    fn = _ws_stream if api == "ws" else _sse_stream
+    t0 = time.perf_counter()
+    streams = await asyncio.gather(*(fn(url, args, messages) for _ in range(args.concurrency)))
+    return RunResult(label, list(streams), time.perf_counter() - t0)
+
+
+async def _ws_stream(url: str, args: argparse.Namespace,
+                     messages: list[dict[str, str]]) -> StreamResult:
+    from .client import Client, ServerError
+
+    result = StreamResult()
+    async with Client(url, api_key=args.api_key) as client:
+        t0 = time.perf_counter()
+        last = t0
+        gen = await client.generate(messages=messages, params={
+            "max_tokens": args.max_tokens, "temperature": 0.0})
+        try:
+            async for _ in gen:
+                now = time.perf_counter()
+                if result.ttft == 0.0:
+                    result.ttft = now - t0
+                else:
+                    result.gaps.append(now - last)
+                last = now
+        except ServerError as exc:
+            result.error = exc.code
+        result.total = time.perf_counter() - t0
+        if gen.end is not None:
+            result.tokens = gen.end["usage"]["completion_tokens"]
+    return result
+
+
+async def _sse_stream(url: str, args: argparse.Namespace,
+                      messages: list[dict[str, str]]) -> StreamResult:
+    import httpx
+
+    result = StreamResult()
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    body: dict[str, Any] = {"messages": messages, "max_tokens": args.max_tokens,
+                            "temperature": 0.0, "stream": True,
+                            "stream_options": {"include_usage": True}}
+    if args.model:
+        body["model"] = args.model
+    async with httpx.AsyncClient(base_url=url.rstrip("/"), timeout=600) as http:
+        t0 = time.perf_counter()
+        last = t0
+        async with http.stream("POST", "/v1/chat/completions", json=body,
+                               headers=headers) as resp:
+            if resp.status_code != 200:
+                result.error = f"http {resp.status_code}"
+                return result
+            async for line in resp.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if chunk.get("usage"):
+                    result.tokens = chunk["usage"]["completion_tokens"]
+                for choice in chunk.get("choices") or []:
+                    if (choice.get("delta") or {}).get("content"):
+                        now = time.perf_counter()
+                        if result.ttft == 0.0:
+                            result.ttft = now - t0
+                        else:
+                            result.gaps.append(now - last)
+                        last = now
+        result.total = time.perf_counter() - t0
+    return result
+
+
+_REFERENCE: Any = None
+
+
+def _reference_run(args: argparse.Namespace, messages: list[dict[str, str]]) -> RunResult:
+    """llama-cpp-python's own create_chat_completion(stream=True), in this process."""
+    global _REFERENCE
+    import os
+
+    from llama_cpp import Llama
+
+    from .engines.llamacpp import default_model_path
+
+    if _REFERENCE is None:
+        path = args.model_path or str(default_model_path())
+        threads = args.threads or os.cpu_count() or 1
+        _REFERENCE = Llama(model_path=path, n_ctx=2048, n_threads=threads,
+                           n_threads_batch=threads, verbose=False)
+    result = StreamResult()
+    t0 = time.perf_counter()
+    last = t0
+    for chunk in _REFERENCE.create_chat_completion(
+        messages=messages, max_tokens=args.max_tokens, temperature=0.0, stream=True,
+    ):
+        if chunk["choices"][0]["delta"].get("content"):
+            now = time.perf_counter()
+            if result.ttft == 0.0:
+                result.ttft = now - t0
+            else:
+                result.gaps.append(now - last)
+            last = now
+            result.tokens += 1
+    result.total = time.perf_counter() - t0
+    return RunResult("llama-cpp-python", [result], result.total)

@@ -1,0 +1,91 @@
+"""tokenpipe serve | chat | bench: parse flags, call into the package."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import sys
+from collections.abc import Sequence
+
+from .config import ENGINES, Settings
+
+
+def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("serve", help="run the server (WebSocket, OpenAI API, web UI)",
+                       description="Every flag also reads TOKENPIPE_<NAME> from the environment.")
+    p.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default 8000)")
+    p.add_argument("--engine", choices=sorted(ENGINES), help="engine (default llamacpp)")
+    p.add_argument("--model", help="GGUF path, HF folder or hub id (default: bundled SmolLM2)")
+    p.add_argument("--model-id", help="the model name clients see (default: from the file)")
+    p.add_argument("--ctx-size", type=int, help="total context tokens (default 8192)")
+    p.add_argument("--parallel", type=int, help="sequences decoded together (default 8)")
+    p.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    p.add_argument("--device", help="transformers engine: cpu, cuda or auto")
+    p.add_argument("--fake-pace-ms", type=float, help="fake engine: delay per token")
+    p.add_argument("--default-max-tokens", type=int, help="max_tokens when a request has none")
+    p.add_argument("--max-queue", type=int, help="requests waiting before 'overloaded'")
+    p.add_argument("--max-message-bytes", type=int, help="largest client frame accepted")
+    p.add_argument("--max-streams-per-connection", type=int)
+    p.add_argument("--resume-grace-s", type=float, help="how long a resumable stream waits")
+    p.add_argument("--shutdown-grace-s", type=float, help="how long shutdown lets streams end")
+    p.add_argument("--api-key", help="require this key (Authorization: Bearer KEY)")
+    p.add_argument("--allowed-origins", help="comma-separated extra browser origins for /ws")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    names = {f.name for f in dataclasses.fields(Settings)}
+    overrides = {k: v for k, v in vars(args).items() if k in names and v is not None}
+    if isinstance(overrides.get("allowed_origins"), str):
+        overrides["allowed_origins"] = tuple(
+            s.strip() for s in overrides["allowed_origins"].split(",") if s.strip()
+        )
+    return Settings.from_env(**overrides)
+
+
+def serve(settings: Settings) -> None:
+    import uvicorn
+
+    from .server import create_app
+
+    logging.basicConfig(level=settings.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = create_app(settings)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        ws="websockets-sansio",
+        ws_max_size=max(16 * 1024 * 1024, 4 * settings.max_message_bytes),
+        ws_ping_interval=20.0,
+        ws_ping_timeout=20.0,
+        timeout_graceful_shutdown=int(settings.shutdown_grace_s) + 5,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tokenpipe", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _serve_parser(sub)
+    from .chat import add_parser as add_chat
+    from .bench import add_parser as add_bench
+
+    add_chat(sub)
+    add_bench(sub)
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        try:
+            settings = settings_from_args(args)
+        except (TypeError, ValueError) as exc:
+            parser.error(str(exc))
+        serve(settings)
+        return 0
+    result: int = args.run(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""Async Python client for tokenpipe.v1.
+
+    async with Client("ws://127.0.0.1:8000/ws") as client:
+        gen = await client.generate(messages=[{"role": "user", "content": "Hi"}])
+        async for text in gen:
+            print(text, end="", flush=True)
+        print(gen.end["finish_reason"])
+
+Several generations may run at once on one client; `await gen.cancel()` stops one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import websockets
+from websockets.asyncio.client import ClientConnection
+
+PROTOCOL = "tokenpipe.v1"
+
+__all__ = ["Client", "Generation", "ServerError"]
+
+
+class ServerError(Exception):
+    """An `error` frame: `.code`, `.message`, `.frame`."""
+
+    def __init__(self, frame: Mapping[str, Any]) -> None:
+        super().__init__(f"{frame.get('code')}: {frame.get('message')}")
+        self.code = str(frame.get("code"))
+        self.message = str(frame.get("message"))
+        self.frame = dict(frame)
+
+
+class Generation:
+    """One generation: iterate it for text pieces; `start`, `end` and `deltas` hold frames."""
+
+    def __init__(self, client: Client, gen_id: str) -> None:
+        self.client = client
+        self.id = gen_id
+        self.frames: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.start: dict[str, Any] | None = None
+        self.end: dict[str, Any] | None = None
+        self.error: ServerError | None = None
+        self.deltas: list[dict[str, Any]] = []
+        self.queued: list[int] = []
+
+    @property
+    def text(self) -> str:
+        return "".join(d["text"] for d in self.deltas)
+
+    async def cancel(self) -> None:
+        await self.client.send({"type": "cancel", "id": self.id})
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._texts()
+
+    async def _texts(self) -> AsyncIterator[str]:
+        while self.end is None and self.error is None:
+            frame = await self.frames.get()
+            kind = frame["type"]
+            if kind == "delta":
+                self.deltas.append(frame)
+                yield frame["text"]
+            elif kind == "start":
+                self.start = frame
+            elif kind == "queued":
+                self.queued.append(frame["position"])
+            elif kind == "end":
+                self.end = frame
+            elif kind == "error":
+                self.error = ServerError(frame)
+                raise self.error
+            elif kind == "closed":
+                self.error = ServerError({"code": "connection_closed",
+                                          "message": "the connection closed mid-stream"})
+                raise self.error
+
+    async def collect(self) -> str:
+        async for _ in self:
+            pass
+        return self.text
+
+
+class Client:
+    def __init__(
+        self,
+        url: str = "ws://127.0.0.1:8000/ws",
+        *,
+        api_key: str | None = None,
+        max_size: int | None = 16 * 1024 * 1024,
+        open_timeout: float = 30.0,
+    ) -> None:
+        self.url = url
+        self.api_key = api_key
+        self.max_size = max_size
+        self.open_timeout = open_timeout
+        self.hello: dict[str, Any] = {}
+        self.pongs: asyncio.Queue[Any] = asyncio.Queue()
+        self.errors: asyncio.Queue[dict[str, Any]] = asyncio.Queue()  # errors with id null
+        self._ws: ClientConnection | None = None
+        self._gens: dict[str, Generation] = {}
+        self._reader: asyncio.Task[None] | None = None
+        self._ids = itertools.count()
+
+    async def __aenter__(self) -> Client:
+        await self.connect()
+        return self
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def connect(self) -> None:
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
+        self._ws = await websockets.connect(
+            self.url, subprotocols=[PROTOCOL],  # type: ignore[list-item]
+            additional_headers=headers, max_size=self.max_size, open_timeout=self.open_timeout,
+        )
+        self.hello = json.loads(await self._ws.recv())
+        self._reader = asyncio.create_task(self._read())
+
+    async def close(self) -> None:
+        if self._ws is not None:
+            await self._ws.close()
+        if self._reader is not None:
+            self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)
+
+    async def send(self, frame: Mapping[str, Any]) -> None:
+        assert self._ws is not None, "not connected"
+        await self._ws.send(json.dumps(frame, ensure_ascii=False))
+
+    async def send_raw(self, data: str | bytes) -> None:
+        assert self._ws is not None, "not connected"
+        await self._ws.send(data)
+
+    async def generate(
+        self,
+        messages: Sequence[Mapping[str, str]] | None = None,
+        *,
+        prompt: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        model: str | None = None,
+        resumable: bool = False,
+        id: str | None = None,  # noqa: A002 - the protocol's field name
+    ) -> Generation:
+        gen_id = id or f"g{next(self._ids)}"
+        frame: dict[str, Any] = {"type": "generate", "id": gen_id}
+        if messages is not None:
+            frame["messages"] = list(messages)
+        if prompt is not None:
+            frame["prompt"] = prompt
+        if params:
+            frame["params"] = dict(params)
+        if model:
+            frame["model"] = model
+        if resumable:
+            frame["resumable"] = True
+        gen = Generation(self, gen_id)
+        self._gens[gen_id] = gen
+        await self.send(frame)
+        return gen
+
+    async def resume(self, stream: str, after_seq: int, id: str) -> Generation:  # noqa: A002
+        gen = Generation(self, id)
+        self._gens[id] = gen
+        await self.send({"type": "resume", "stream": stream, "after_seq": after_seq, "id": id})
+        return gen
+
+    async def ping(self, data: Any = None) -> Any:
+        await self.send({"type": "ping", "data": data})
+        return await self.pongs.get()
+
+    async def _read(self) -> None:
+        assert self._ws is not None
+        try:
+            async for raw in self._ws:
+                frame = json.loads(raw)
+                kind = frame.get("type")
+                if kind == "pong":
+                    self.pongs.put_nowait(frame.get("data"))
+                    continue
+                gen = self._gens.get(frame.get("id") or "")
+                if gen is None:
+                    self.errors.put_nowait(frame)
+                    continue
+                gen.frames.put_nowait(frame)
+                if kind == "end" or (kind == "error" and frame["code"] not in
+                                     ("duplicate_id", "unknown_id")):
+                    self._gens.pop(gen.id, None)
+        except websockets.ConnectionClosed:
+            pass
+        finally:
+            for gen in self._gens.values():
+                gen.frames.put_nowait({"type": "closed", "id": gen.id})
+
+
+def bearer_subprotocol(api_key: str) -> str:
+    """The subprotocol that carries an API key for clients that cannot set headers."""
+    return "tokenpipe.bearer." + base64.urlsafe_b64encode(api_key.encode()).decode().rstrip("=")

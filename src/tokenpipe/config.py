@@ -1,0 +1,106 @@
+"""Settings (CLI flags and TOKENPIPE_* environment variables) and the engine registry."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from .engines.base import Engine, EngineOptions
+from .errors import MissingDependency
+
+# Engine name -> "module:Class", imported only when chosen (optional dependencies).
+ENGINES: dict[str, str] = {
+    "llamacpp": "tokenpipe.engines.llamacpp:LlamaCppEngine",
+    "transformers": "tokenpipe.engines.transformers:TransformersEngine",
+    "fake": "tokenpipe.engines.fake:FakeEngine",
+}
+INSTALL_HINTS: dict[str, str] = {
+    "llamacpp": "pip install 'tokenpipe[llamacpp]'",
+    "transformers": "pip install 'tokenpipe[transformers]' (CPU torch: pip install torch==2.13.0)",
+}
+
+
+@dataclass
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    engine: str = "llamacpp"
+    model: str | None = None
+    model_id: str | None = None
+    ctx_size: int = 8192
+    parallel: int = 8
+    threads: int | None = None
+    device: str | None = None
+    fake_pace_ms: float = 0.0
+    default_max_tokens: int = 512
+    max_queue: int = 64
+    max_message_bytes: int = 1 << 20
+    max_streams_per_connection: int = 16
+    slow_client_timeout_s: float = 30.0
+    resume_grace_s: float = 30.0
+    shutdown_grace_s: float = 10.0
+    api_key: str | None = field(default=None, repr=False)
+    allowed_origins: tuple[str, ...] = ()
+    log_level: str = "info"
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:
+        """Defaults, then TOKENPIPE_<FIELD> variables, then explicit overrides (CLI flags)."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            raw = env.get("TOKENPIPE_" + f.name.upper())
+            if raw is not None and raw != "":
+                values[f.name] = _parse(f.type, raw, f.name)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def engine_options(self) -> EngineOptions:
+        return EngineOptions(
+            model=self.model,
+            model_id=self.model_id,
+            context_size=self.ctx_size,
+            parallel=self.parallel,
+            threads=self.threads,
+            pace_ms=self.fake_pace_ms,
+            device=self.device,
+        )
+
+
+def _parse(kind: Any, raw: str, name: str) -> Any:
+    text = str(kind)
+    try:
+        if "tuple" in text:
+            return tuple(s.strip() for s in raw.split(",") if s.strip())
+        if text.startswith("int"):
+            return int(raw)
+        if text.startswith("float"):
+            return float(raw)
+    except ValueError:
+        raise ValueError(f"TOKENPIPE_{name.upper()}={raw!r} is not a valid {text}") from None
+    return raw
+
+
+def engine_class(name: str) -> type[Engine]:
+    """The engine class registered under `name`; a missing extra is a one-line hint."""
+    try:
+        target = ENGINES[name]
+    except KeyError:
+        raise ValueError(f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}") from None
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except MissingDependency:
+        raise
+    except ImportError as exc:
+        hint = INSTALL_HINTS.get(name, f"pip install 'tokenpipe[{name}]'")
+        raise MissingDependency(f"engine {name!r} needs {exc.name or exc}: {hint}") from None
+    cls: type[Engine] = getattr(module, attr)
+    return cls
+
+
+def build_engine(settings: Settings) -> Engine:
+    return engine_class(settings.engine).from_options(settings.engine_options())

@@ -1,0 +1,1 @@
+"""Engines behind one protocol (base.Engine), chosen by name from config.ENGINES."""

@@ -1,0 +1,105 @@
+"""The Engine protocol: a prepared request in, an async stream of EngineEvents out.
+
+Closing the stream (or cancelling the task that consumes it) stops the compute at the next
+token. Engines that compute in threads bridge to asyncio with call_soon_threadsafe; nothing
+blocking ever runs on the event loop.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+from ..errors import BadRequest, ContextOverflow
+from ..types import EngineEvent, GenerationRequest
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRequest:
+    """A request checked against the engine's limits, with its prompt already tokenized."""
+
+    request: GenerationRequest
+    prompt_text: str
+    prompt_ids: Sequence[int]
+    max_tokens: int
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.prompt_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineInfo:
+    name: str
+    model_id: str
+    context_tokens: int  # per sequence: prompt plus max_tokens must fit
+    max_batch: int  # sequences the engine advances together
+
+
+class Engine(abc.ABC):
+    """One loaded model. Subclasses implement load, render, tokenize and stream."""
+
+    info: EngineInfo
+
+    @classmethod
+    @abc.abstractmethod
+    def from_options(cls, options: EngineOptions) -> Engine:
+        """Builds the engine (without loading the model) from generic options."""
+
+    @abc.abstractmethod
+    async def load(self) -> None:
+        """Loads the model (off the event loop). Raises EngineError if it cannot."""
+
+    @abc.abstractmethod
+    def render(self, request: GenerationRequest) -> str:
+        """The prompt text: the chat template applied to messages, or the raw prompt."""
+
+    @abc.abstractmethod
+    def tokenize(self, text: str) -> Sequence[int]:
+        """Prompt text to ids, special tokens of the template parsed as such."""
+
+    @abc.abstractmethod
+    def stream(self, prepared: PreparedRequest) -> AsyncIterator[EngineEvent]:
+        """EngineStart, EngineText..., then one EngineFinish."""
+
+    async def aclose(self) -> None:
+        """Frees the model. Running streams end."""
+
+    def healthy(self) -> bool:
+        return True
+
+    def prepare(self, request: GenerationRequest, default_max_tokens: int) -> PreparedRequest:
+        """Tokenizes and checks that prompt plus max_tokens fit; nothing is ever truncated."""
+        text = self.render(request)
+        ids = self.tokenize(text)
+        if not ids:
+            raise BadRequest("the prompt is empty after tokenization", param="prompt")
+        limit = self.info.context_tokens
+        asked = request.params.max_tokens
+        # An absent max_tokens means "the default, or what still fits"; an explicit one is a
+        # promise the client relies on, so it must fit whole.
+        max_tokens = min(default_max_tokens, limit - len(ids)) if asked is None else asked
+        if max_tokens < 1 or len(ids) + max_tokens > limit:
+            raise ContextOverflow(
+                f"prompt ({len(ids)} tokens) plus max_tokens ({max(max_tokens, 1)}) exceeds "
+                f"the context of {limit} tokens",
+                param="max_tokens" if asked is not None else "messages",
+            )
+        return PreparedRequest(request, text, ids, max_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOptions:
+    """What every engine is built from; config.py fills it from Settings."""
+
+    model: str | None = None  # a path, a hub id, or None for the engine's default
+    model_id: str | None = None  # the name clients use; default derived from the model
+    context_size: int = 8192  # total context, shared by `parallel` sequences
+    parallel: int = 8  # sequences decoded together
+    threads: int | None = None
+    pace_ms: float = 0.0  # fake engine only
+    device: str | None = None  # transformers: cpu, cuda, auto
+    upstream: str | None = None
+    upstream_key: str | None = None

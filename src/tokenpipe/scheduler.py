@@ -1,0 +1,148 @@
+"""Admission between sessions and the engine: a bound on running generations, a bounded
+FIFO queue with positions, cancellation that frees a slot at once, and the one place where
+an engine failure becomes a session's Failed event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+
+from .engines.base import Engine
+from .errors import EngineError, Overloaded, ShuttingDown, TokenpipeError
+from .session import GenerationSession
+from .text import StopMatcher
+from .types import EngineFinish, EngineStart, EngineText, FinishReason, GenerationRequest
+
+log = logging.getLogger("tokenpipe.scheduler")
+
+
+class Scheduler:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        max_running: int | None = None,
+        max_queue: int = 64,
+        default_max_tokens: int = 512,
+    ) -> None:
+        self.engine = engine
+        self.max_running = max_running or engine.info.max_batch
+        self.max_queue = max_queue
+        self.default_max_tokens = default_max_tokens
+        self.running = 0
+        self._waiting: deque[tuple[GenerationSession, asyncio.Future[None]]] = deque()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
+
+    @property
+    def queued(self) -> int:
+        return len(self._waiting)
+
+    def submit(self, request: GenerationRequest, *, resumable: bool = False) -> GenerationSession:
+        """Checks the request and starts it (or queues it). Raises before anything runs."""
+        if self._closing:
+            raise ShuttingDown("the server is shutting down")
+        prepared = self.engine.prepare(request, self.default_max_tokens)
+        if self.running >= self.max_running and len(self._waiting) >= self.max_queue:
+            raise Overloaded(
+                f"{self.running} generations running and {len(self._waiting)} queued",
+                retry_after_ms=1000,
+            )
+        session = GenerationSession(prepared, self.engine.info.model_id, resumable=resumable)
+        task = asyncio.create_task(self._run(session), name=session.request_id)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        session.bind_cancel(task.cancel)
+        return session
+
+    async def aclose(self, deadline_s: float = 0.0) -> None:
+        """Refuses new work; lets running generations finish up to the deadline, then fails
+        the rest with shutting_down."""
+        self._closing = True
+        if self._tasks and deadline_s > 0:
+            await asyncio.wait(set(self._tasks), timeout=deadline_s)
+        for task in list(self._tasks):
+            task.cancel(msg="shutdown")
+        if self._tasks:
+            await asyncio.wait(set(self._tasks))
+
+    async def _admit(self, session: GenerationSession) -> None:
+        if self.running < self.max_running and not self._waiting:
+            self.running += 1
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (session, future)
+        self._waiting.append(entry)
+        session.set_position(len(self._waiting))
+        try:
+            await future
+        except BaseException:
+            if future.done() and not future.cancelled():
+                self._release()  # admitted and cancelled in the same moment
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiting.remove(entry)
+                    self._renumber()
+            raise
+
+    def _release(self) -> None:
+        self.running -= 1
+        while self._waiting and self.running < self.max_running:
+            _, future = self._waiting.popleft()
+            if not future.done():
+                self.running += 1
+                future.set_result(None)
+        self._renumber()
+
+    def _renumber(self) -> None:
+        for i, (waiting, _) in enumerate(self._waiting, start=1):
+            waiting.set_position(i)
+
+    async def _run(self, session: GenerationSession) -> None:
+        admitted = False
+        try:
+            await self._admit(session)
+            admitted = True
+            await self._generate(session)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self._closing and task is not None and "shutdown" in task.cancelling_messages():
+                session.fail(ShuttingDown("the server shut down before the answer ended"))
+            else:
+                session.finish(FinishReason.CANCELLED)
+        except TokenpipeError as exc:
+            session.fail(exc)
+        except Exception as exc:
+            log.exception("engine failure in %s", session.request_id)
+            session.fail(EngineError(f"engine failure: {type(exc).__name__}: {exc}"))
+        finally:
+            if admitted:
+                self._release()
+            if session.final is None:  # defensive: every session ends with one final event
+                session.fail(EngineError("generation ended without a result"))
+
+    async def _generate(self, session: GenerationSession) -> None:
+        prepared = session.prepared
+        stop = StopMatcher(prepared.request.params.stop)
+        session.mark_started(prepared.prompt_tokens)
+        stream = self.engine.stream(prepared)
+        try:
+            async for event in stream:
+                if isinstance(event, EngineText):
+                    session.add_text(stop.feed(event.text), event.tokens)
+                    if stop.stopped:
+                        session.finish(FinishReason.STOP)
+                        return
+                elif isinstance(event, EngineFinish):
+                    session.add_text(stop.flush(), 0)
+                    session.finish(event.reason)
+                    return
+                elif isinstance(event, EngineStart):
+                    session.prompt_tokens = event.prompt_tokens
+            raise EngineError("the engine stream ended without a finish")
+        finally:
+            # Closing the engine's stream is what stops its compute (cancel, stop, error).
+            await stream.aclose()  # type: ignore[attr-defined]

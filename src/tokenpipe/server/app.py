@@ -1,0 +1,95 @@
+"""create_app(settings): the FastAPI application, its lifespan and its routes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from .. import __version__
+from ..config import Settings, build_engine
+from ..engines.base import Engine
+from ..scheduler import Scheduler
+from .runtime import Runtime
+from .ws import websocket_endpoint
+
+log = logging.getLogger("tokenpipe.server")
+STATIC = Path(__file__).with_name("static")
+
+_NO_UI = """<!doctype html><meta charset="utf-8"><title>tokenpipe</title>
+<h1>tokenpipe</h1><p>The server runs; the web UI was not built. Run the README's set-up
+command (it builds <code>web/</code> with npm), or connect to <code>/ws</code>.</p>"""
+
+
+def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
+    """The app; `engine` may be given pre-built (tests), else it is built from settings."""
+    settings = settings or Settings()
+    runtime = Runtime(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        loader = asyncio.create_task(_load(runtime, engine))
+        try:
+            yield
+        finally:
+            loader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await loader
+            await _shutdown(runtime)
+
+    app = FastAPI(title="tokenpipe", version=__version__, lifespan=lifespan,
+                  summary="Stream a local LLM's answer token by token.")
+    app.state.runtime = runtime
+
+    @app.get("/health", tags=["health"])
+    async def health() -> JSONResponse:
+        """200 when the model is loaded and the engine healthy, else 503."""
+        body = {"status": "ok" if runtime.ready else "loading", "models": runtime.models}
+        if runtime.load_error:
+            body.update(status="error", error=runtime.load_error)
+        return JSONResponse(body, status_code=200 if runtime.ready else 503)
+
+    app.add_api_websocket_route("/ws", websocket_endpoint)
+
+    if (STATIC / "index.html").is_file():
+        app.mount("/", StaticFiles(directory=STATIC, html=True), name="ui")
+    else:
+        @app.get("/", include_in_schema=False)
+        async def no_ui() -> HTMLResponse:
+            return HTMLResponse(_NO_UI)
+
+    return app
+
+
+async def _load(runtime: Runtime, engine: Engine | None) -> None:
+    settings = runtime.settings
+    try:
+        engine = engine or build_engine(settings)
+        await engine.load()
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        runtime.load_error = f"{type(exc).__name__}: {exc}"
+        log.error("could not load the model: %s", runtime.load_error)
+        return
+    runtime.engine = engine
+    runtime.scheduler = Scheduler(
+        engine, max_queue=settings.max_queue, default_max_tokens=settings.default_max_tokens
+    )
+    log.info("ready: engine=%s model=%s context=%d batch=%d", engine.info.name,
+             engine.info.model_id, engine.info.context_tokens, engine.info.max_batch)
+
+
+async def _shutdown(runtime: Runtime) -> None:
+    runtime.shutting_down = True
+    if runtime.scheduler is not None:
+        await runtime.scheduler.aclose(runtime.settings.shutdown_grace_s)
+    runtime.close()
+    if runtime.engine is not None:
+        await runtime.engine.aclose()

@@ -1,0 +1,105 @@
+"""What the adapters share: settings, the engine's scheduler, resumable streams, limits."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+
+from .. import __version__
+from ..config import Settings
+from ..engines.base import Engine
+from ..errors import EngineUnavailable, UnknownModel
+from ..scheduler import Scheduler
+from ..session import GenerationSession
+
+SERVER_NAME = f"tokenpipe/{__version__}"
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    engine: Engine | None = None
+    scheduler: Scheduler | None = None
+    load_error: str | None = None
+    resumable: dict[str, GenerationSession] = field(default_factory=dict)
+    _grace: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
+    shutting_down: bool = False
+
+    @property
+    def ready(self) -> bool:
+        return self.scheduler is not None and self.engine is not None and self.engine.healthy()
+
+    def require(self) -> Scheduler:
+        if self.scheduler is None:
+            raise EngineUnavailable(self.load_error or "the model is still loading")
+        return self.scheduler
+
+    @property
+    def models(self) -> list[str]:
+        return [self.engine.info.model_id] if self.engine is not None else []
+
+    def check_model(self, model: str | None) -> None:
+        if model is not None and model not in self.models:
+            raise UnknownModel(f"unknown model {model!r}; this server has {self.models}",
+                               param="model")
+
+    @property
+    def max_tokens(self) -> int:
+        return self.engine.info.context_tokens - 1 if self.engine is not None else 0
+
+    def limits(self) -> dict[str, int]:
+        s = self.settings
+        context = self.engine.info.context_tokens if self.engine is not None else 0
+        return {
+            "max_message_bytes": s.max_message_bytes,
+            "max_streams_per_connection": s.max_streams_per_connection,
+            "context_tokens": context,
+            "max_tokens": self.max_tokens,
+            "default_max_tokens": min(s.default_max_tokens, self.max_tokens),
+        }
+
+    # ---- resumable streams: kept for a grace period while nobody reads them -------------
+    def keep(self, session: GenerationSession) -> None:
+        assert session.stream_token is not None
+        self.resumable[session.stream_token] = session
+
+    def orphan(self, session: GenerationSession) -> None:
+        """Its reader went away: cancel and forget it unless resumed within the grace."""
+        token = session.stream_token
+        if token is None:
+            return
+        session.attach(None)
+        self._cancel_grace(token)
+        loop = asyncio.get_running_loop()
+        self._grace[token] = loop.call_later(self.settings.resume_grace_s, self._expire, token)
+
+    def adopt(self, token: str) -> GenerationSession | None:
+        session = self.resumable.get(token)
+        if session is not None:
+            self._cancel_grace(token)
+        return session
+
+    def forget_when_read(self, session: GenerationSession) -> None:
+        """A resumable session that ended and was read: keep it for the grace period only."""
+        self.orphan(session)
+
+    def _cancel_grace(self, token: str) -> None:
+        handle = self._grace.pop(token, None)
+        if handle is not None:
+            handle.cancel()
+
+    def _expire(self, token: str) -> None:
+        self._grace.pop(token, None)
+        session = self.resumable.pop(token, None)
+        if session is not None:
+            session.cancel()
+
+    def close(self) -> None:
+        for handle in self._grace.values():
+            handle.cancel()
+        self._grace.clear()
+        for session in self.resumable.values():
+            with contextlib.suppress(Exception):
+                session.cancel()
+        self.resumable.clear()

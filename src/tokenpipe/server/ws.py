@@ -1,0 +1,299 @@
+"""/ws: tokenpipe.v1 (JSON, multiplexed) when offered, else the article's plain-text mode.
+
+One connection = one reader task (frames in) and one writer task (frames out), raced: the
+first to end cancels the other. The writer pulls from sessions only when the socket has
+taken the previous frames, so a slow client gets merged deltas instead of a growing queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from ..errors import BadRequest, DuplicateId, Moved, TokenpipeError, TooManyStreams, UnknownId
+from ..protocol import ws as wire
+from ..session import Cursor, Delta, Event, Failed, Finished, GenerationSession, Queued, Started
+from ..types import GenerationRequest, Message, SamplingParams
+from .runtime import SERVER_NAME, Runtime
+from .security import check_handshake
+
+log = logging.getLogger("tokenpipe.ws")
+END_TEXT = "<|ENDTEXT|>"
+
+
+async def websocket_endpoint(websocket: WebSocket) -> None:
+    runtime: Runtime = websocket.app.state.runtime
+    offered = list(websocket.scope.get("subprotocols") or [])
+    if not await check_handshake(websocket, runtime, offered):
+        return
+    if wire.PROTOCOL in offered:
+        await JsonConnection(websocket, runtime).run()
+    elif not any(not p.startswith("tokenpipe.bearer.") for p in offered):
+        await PlainConnection(websocket, runtime).run()
+    else:
+        await websocket.close(code=1002, reason=f"unsupported subprotocol; offer {wire.PROTOCOL}")
+
+
+@dataclass
+class _Stream:
+    session: GenerationSession
+    cursor: Cursor
+
+
+async def _race(*coros: Any) -> None:
+    """Runs the coroutines until the first ends; cancels the rest; re-raises its error."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for task in done:
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            if not isinstance(exc, WebSocketDisconnect | ConnectionError):
+                raise exc  # type: ignore[misc]
+
+
+def event_frame(stream_id: str, event: Event) -> dict[str, Any]:
+    if isinstance(event, Delta):
+        return {"type": "delta", "id": stream_id, "seq": event.seq, "text": event.text}
+    if isinstance(event, Queued):
+        return {"type": "queued", "id": stream_id, "position": event.position}
+    if isinstance(event, Started):
+        frame: dict[str, Any] = {"type": "start", "id": stream_id, "model": event.model,
+                                 "prompt_tokens": event.prompt_tokens}
+        if event.stream is not None:
+            frame["stream"] = event.stream
+        return frame
+    if isinstance(event, Finished):
+        t = event.timing
+        return {
+            "type": "end",
+            "id": stream_id,
+            "finish_reason": event.reason.value,
+            "usage": {"prompt_tokens": event.usage.prompt_tokens,
+                      "completion_tokens": event.usage.completion_tokens},
+            "timing": {"queue_ms": t.queue_ms, "ttft_ms": t.ttft_ms, "total_ms": t.total_ms,
+                       "tokens_per_s": t.tokens_per_s},
+        }
+    e = event.error
+    return wire.error(e.code, e.message, stream_id, e.retry_after_ms)
+
+
+class JsonConnection:
+    def __init__(self, websocket: WebSocket, runtime: Runtime) -> None:
+        self.ws = websocket
+        self.runtime = runtime
+        self.settings = runtime.settings
+        self.streams: dict[str, _Stream] = {}
+        self.outbox: deque[dict[str, Any]] = deque()
+        self.dirty: dict[str, None] = {}  # ordered set of stream ids with news
+        self.wake = asyncio.Event()
+
+    async def run(self) -> None:
+        await self.ws.accept(subprotocol=wire.PROTOCOL)
+        self.send(wire.hello(SERVER_NAME, self.runtime.models, self.runtime.limits()))
+        try:
+            await _race(self._reader(), self._writer())
+        finally:
+            for stream_id, stream in list(self.streams.items()):
+                self._release(stream_id, stream, connection_lost=True)
+            with contextlib.suppress(Exception):
+                await self.ws.close()
+
+    def send(self, frame: dict[str, Any]) -> None:
+        self.outbox.append(frame)
+        self.wake.set()
+
+    def _mark(self, stream_id: str) -> None:
+        self.dirty[stream_id] = None
+        self.wake.set()
+
+    def _release(self, stream_id: str, stream: _Stream, *, connection_lost: bool) -> None:
+        self.streams.pop(stream_id, None)
+        session = stream.session
+        if session.resumable:
+            if connection_lost or session.final is not None:
+                self.runtime.orphan(session)  # kept for the grace period, then forgotten
+        elif connection_lost:
+            session.attach(None)
+            session.cancel()
+
+    # ---- frames in ----------------------------------------------------------------------
+    async def _reader(self) -> None:
+        limit = self.settings.max_message_bytes
+        while True:
+            message = await self.ws.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            text = message.get("text")
+            if text is None:
+                self.send(wire.error("bad_request", "binary frames are not accepted; send JSON "
+                                     "text frames"))
+                continue
+            if len(text) > limit or len(text.encode()) > limit:
+                self.send(wire.error("bad_request", f"frame exceeds max_message_bytes ({limit})"))
+                continue
+            try:
+                frame = wire.parse_client_frame(text)
+                self._handle(frame)
+            except TokenpipeError as exc:
+                sid = getattr(exc, "stream_id", None) or wire.frame_id(text)
+                if sid in self.streams and exc.code not in ("duplicate_id", "unknown_id"):
+                    sid = None  # an error naming a running generation would end it
+                self.send(wire.error(exc.code, exc.message, sid, exc.retry_after_ms))
+
+    def _handle(self, frame: wire.ClientFrame) -> None:
+        if isinstance(frame, wire.Generate):
+            self._generate(frame)
+        elif isinstance(frame, wire.Cancel):
+            stream = self.streams.get(frame.id)
+            if stream is None:
+                raise UnknownId(f"no running generation with id {frame.id!r}")
+            stream.session.cancel()
+        elif isinstance(frame, wire.Ping):
+            self.send({"type": "pong", "data": frame.data})
+        else:
+            self._resume(frame)
+
+    def _generate(self, frame: wire.Generate) -> None:
+        if frame.id in self.streams:
+            raise DuplicateId(f"id {frame.id!r} is already running on this connection")
+        if len(self.streams) >= self.settings.max_streams_per_connection:
+            raise TooManyStreams(
+                f"at most {self.settings.max_streams_per_connection} generations per connection"
+            )
+        scheduler = self.runtime.require()
+        self.runtime.check_model(frame.model)
+        max_tokens = frame.params.max_tokens
+        if max_tokens is not None and max_tokens > self.runtime.max_tokens:
+            raise BadRequest(
+                f"field 'params.max_tokens': {max_tokens} exceeds limits.max_tokens "
+                f"({self.runtime.max_tokens})", param="params.max_tokens")
+        session = scheduler.submit(frame.to_request(), resumable=frame.resumable)
+        session.client_id = frame.id
+        if session.resumable:
+            self.runtime.keep(session)
+        self._adopt(frame.id, session, session.cursor())
+
+    def _resume(self, frame: wire.Resume) -> None:
+        session = self.runtime.adopt(frame.stream)
+        if session is None:
+            raise UnknownId("no resumable generation for that stream token (expired or unknown)")
+        stream_id = frame.id or session.client_id or "resumed"
+        if stream_id in self.streams and self.streams[stream_id].session is not session:
+            raise DuplicateId(f"id {stream_id!r} is already running on this connection")
+        previous = session.owner
+        if isinstance(previous, JsonConnection) and previous is not self:
+            previous.moved(session)
+        try:
+            cursor = session.cursor(frame.after_seq)
+        except ValueError as exc:
+            raise BadRequest(str(exc), param="after_seq") from None
+        self._adopt(stream_id, session, cursor)
+
+    def _adopt(self, stream_id: str, session: GenerationSession, cursor: Cursor) -> None:
+        self.streams[stream_id] = _Stream(session, cursor)
+        session.owner = self
+        session.client_id = stream_id
+        session.attach(lambda: self._mark(stream_id))
+        self._mark(stream_id)
+
+    def moved(self, session: GenerationSession) -> None:
+        """A resume on another connection took `session` over."""
+        for stream_id, stream in list(self.streams.items()):
+            if stream.session is session:
+                self.streams.pop(stream_id)
+                self.send(wire.error("moved", "a resume from another connection took this "
+                                     "generation over", stream_id))
+
+    # ---- frames out ---------------------------------------------------------------------
+    async def _writer(self) -> None:
+        timeout = self.settings.slow_client_timeout_s
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            while self.outbox or self.dirty:
+                frames = list(self.outbox)
+                self.outbox.clear()
+                dirty = list(self.dirty)
+                self.dirty.clear()
+                for stream_id in dirty:
+                    stream = self.streams.get(stream_id)
+                    if stream is None:
+                        continue
+                    frames.extend(event_frame(stream_id, e) for e in stream.cursor.poll())
+                    if stream.cursor.finished:
+                        self._release(stream_id, stream, connection_lost=False)
+                for frame in frames:
+                    try:
+                        await asyncio.wait_for(self.ws.send_text(wire.dumps(frame)), timeout)
+                    except TimeoutError:
+                        log.warning("client stopped reading for %.0f s; dropping it", timeout)
+                        await self.ws.close(code=1008, reason="client too slow")
+                        return
+
+
+class PlainConnection:
+    """The original article's protocol: a text frame in is one user message; text frames
+    of the answer out, then exactly END_TEXT."""
+
+    def __init__(self, websocket: WebSocket, runtime: Runtime) -> None:
+        self.ws = websocket
+        self.runtime = runtime
+        self.inbox: asyncio.Queue[str] = asyncio.Queue()
+
+    async def run(self) -> None:
+        await self.ws.accept()
+        try:
+            await _race(self._reader(), self._answer_all())
+        finally:
+            with contextlib.suppress(Exception):
+                await self.ws.close()
+
+    async def _reader(self) -> None:
+        while True:
+            message = await self.ws.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            text = message.get("text")
+            if text is None:
+                text = (message.get("bytes") or b"").decode("utf-8", errors="replace")
+            await self.inbox.put(text)
+
+    async def _answer_all(self) -> None:
+        while True:
+            text = await self.inbox.get()
+            await self._answer(text)
+
+    async def _answer(self, text: str) -> None:
+        session: GenerationSession | None = None
+        try:
+            if not text.strip():
+                raise BadRequest("empty message")
+            if len(text.encode()) > self.runtime.settings.max_message_bytes:
+                raise BadRequest("message exceeds max_message_bytes")
+            request = GenerationRequest(messages=(Message("user", text),), params=SamplingParams())
+            session = self.runtime.require().submit(request)
+            async for event in session.events():
+                if isinstance(event, Delta):
+                    await self.ws.send_text(event.text)
+                elif isinstance(event, Failed):
+                    await self.ws.send_text(f"\n[error {event.error.code}: {event.error.message}]")
+        except TokenpipeError as exc:
+            await self.ws.send_text(f"[error {exc.code}: {exc.message}]")
+        finally:
+            if session is not None and session.final is None:
+                session.cancel()
+        await self.ws.send_text(END_TEXT)
+
+
+__all__ = ["END_TEXT", "JsonConnection", "PlainConnection", "Moved", "websocket_endpoint"]

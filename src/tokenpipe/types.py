@@ -1,0 +1,95 @@
+"""Frozen value types shared by every layer; nothing here knows about transports or engines."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Literal
+
+Role = Literal["system", "user", "assistant"]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    role: Role
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """Sampling settings. `max_tokens=None` means the server's default."""
+
+    max_tokens: int | None = None
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """Either chat `messages` (through the model's chat template) or a raw `prompt`."""
+
+    messages: tuple[Message, ...] | None = None
+    prompt: str | None = None
+    params: SamplingParams = field(default_factory=SamplingParams)
+    model: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.messages is None) == (self.prompt is None):
+            raise ValueError("exactly one of messages or prompt is required")
+
+
+class FinishReason(str, enum.Enum):
+    STOP = "stop"
+    LENGTH = "length"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    queue_ms: float
+    ttft_ms: float | None
+    total_ms: float
+    tokens_per_s: float | None
+
+
+# What an engine yields: text pieces (never a split UTF-8 character; may be empty when a
+# token produced only part of a character), then exactly one EngineFinish.
+@dataclass(frozen=True, slots=True)
+class EngineStart:
+    prompt_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class EngineText:
+    text: str
+    tokens: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class EngineFinish:
+    reason: FinishReason
+    usage: Usage
+
+
+EngineEvent = EngineStart | EngineText | EngineFinish

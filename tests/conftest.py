@@ -1,0 +1,100 @@
+"""Shared fixtures: real servers on free ports (STYLE.md item 11), never in-process fakes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGS = ROOT / "tests" / "e2e" / "artifacts"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerProcess:
+    def __init__(self, args: tuple[str, ...], env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.ws_url = f"ws://127.0.0.1:{self.port}/ws"
+        LOGS.mkdir(parents=True, exist_ok=True)
+        self.log_path = LOGS / f"server-{self.port}.log"
+        self._log = self.log_path.open("wb")
+        cmd = [sys.executable, "-m", "tokenpipe", "serve", "--port", str(self.port), *args]
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, **(env or {})})
+
+    def wait_ready(self, timeout: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            time.sleep(0.1)
+        raise TimeoutError(f"server not ready after {timeout} s:\n{self.log()}")
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")[-5000:]
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def live_server() -> Iterator[Callable[..., str]]:
+    """live_server(*serve_args) -> base URL of a real `tokenpipe serve` on a free port."""
+    servers: list[ServerProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> str:
+        server = ServerProcess(args, env)
+        servers.append(server)
+        server.wait_ready()
+        return server.url
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def fake_server() -> Iterator[ServerProcess]:
+    """One fake-engine server shared by the protocol tests."""
+    server = ServerProcess(("--engine", "fake", "--max-streams-per-connection", "8"))
+    server.wait_ready()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def model_server() -> Iterator[ServerProcess]:
+    """One server on the real default model (llama.cpp, bundled SmolLM2)."""
+    if not os.environ.get("CI"):  # in CI a missing model is a failure, not a skip
+        pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
+    server = ServerProcess(("--parallel", "4", "--ctx-size", "8192"))
+    server.wait_ready()
+    yield server
+    server.stop()
