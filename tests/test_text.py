@@ -43,10 +43,11 @@ def test_utf8_decoder_never_splits_a_character(case: tuple[str, list[bytes]]) ->
     assert "\ufffd" not in "".join(out) or "\ufffd" in text
 
 
-def test_utf8_decoder_flushes_incomplete_bytes_as_replacement() -> None:
+def test_utf8_decoder_drops_a_character_cut_off_at_the_end() -> None:
     decoder = Utf8Decoder()
-    assert decoder.feed("日".encode()[:2]) == ""
-    assert decoder.flush() == "\ufffd"
+    assert decoder.feed("a日".encode()[:3]) == "a"
+    assert decoder.flush() == ""
+    assert decoder.feed(b"\xff") == "\ufffd"  # invalid bytes mid-stream stay visible
 
 
 def _byte_vocab_decode(ids: list[int]) -> str:

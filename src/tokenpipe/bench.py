@@ -2,7 +2,7 @@
 
     tokenpipe bench --url ws://127.0.0.1:8000/ws -n 8 --max-tokens 128
     tokenpipe bench --api sse --url http://127.0.0.1:8000 -n 1
-    tokenpipe bench --reference llama-cpp-python   # the same prompt in-process, no server
+    tokenpipe bench --reference llama-cpp-python   # plus the same prompt in-process, A B A B
     tokenpipe bench --compare http://127.0.0.1:8080 # another OpenAI-style server, A B A B
 
 Tokens are counted from the server's usage; time to first token is measured by the client
@@ -80,7 +80,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--model", help="model name to send (needed by some --compare servers)")
     p.add_argument("--compare", help="another OpenAI-style server's base URL, run side by side")
     p.add_argument("--reference", choices=["llama-cpp-python"],
-                   help="run the same prompt in-process with llama-cpp-python (1 stream)")
+                   help="also run the same prompt in this process with llama-cpp-python's\n"
+                        "create_chat_completion(stream=True), one stream, side by side")
     p.add_argument("--model-path", help="GGUF for --reference (default: the bundled model)")
     p.add_argument("--threads", type=int)
     p.add_argument("--json", action="store_true", help="print one JSON object per run")
@@ -100,13 +101,12 @@ async def _main(args: argparse.Namespace) -> int:
         results.setdefault(label, []).append(result)
         _print(result, args.json)
 
-    targets: list[tuple[str, Any]] = []
-    if args.reference:
+    label = f"tokenpipe-{args.api}"
+    targets: list[tuple[str, Any]] = [
+        (label, lambda: _server_run(label, args.api, args.url, args, messages))]
+    if args.reference:  # in this process, while the server idles: A B A B
         targets.append(("llama-cpp-python", lambda: asyncio.to_thread(
             _reference_run, args, messages)))
-    else:
-        label = f"tokenpipe-{args.api}"
-        targets.append((label, lambda: _server_run(label, args.api, args.url, args, messages)))
     if args.compare:
         targets.append(("compare", lambda: _server_run(
             "compare", "sse", args.compare, args, messages)))

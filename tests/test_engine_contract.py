@@ -1,0 +1,145 @@
+"""One contract suite over every engine (STYLE.md item 10): the real llama.cpp and
+transformers engines on the real bundled model, and the fake engine."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tokenpipe.config import engine_class
+from tokenpipe.engines.base import Engine, EngineOptions
+from tokenpipe.errors import ContextOverflow
+from tokenpipe.types import (
+    EngineFinish,
+    EngineStart,
+    EngineText,
+    FinishReason,
+    GenerationRequest,
+    Message,
+    SamplingParams,
+)
+
+ENGINES = ["fake", "llamacpp", "transformers"]
+NEEDS = {"llamacpp": "llama_cpp", "transformers": "transformers"}
+
+
+def _model_for(name: str) -> str | None:
+    if name == "transformers":  # the same bundled GGUF, loaded through transformers
+        from tokenpipe.engines.llamacpp import default_model_path
+
+        return str(default_model_path())
+    return None
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
+    name = request.param
+    if name in NEEDS and not os.environ.get("CI"):
+        pytest.importorskip(NEEDS[name], reason=f"the {name} extra is not installed")
+    options = EngineOptions(model=_model_for(name), context_size=4096, parallel=2, threads=2)
+    eng = engine_class(name).from_options(options)
+    asyncio.run(eng.load())
+    yield eng
+    asyncio.run(eng.aclose())
+
+
+def chat(text: str, **params: object) -> GenerationRequest:
+    return GenerationRequest(messages=(Message("user", text),),
+                             params=SamplingParams(**params))  # type: ignore[arg-type]
+
+
+async def run(engine: Engine, request: GenerationRequest) -> tuple[str, EngineFinish, int]:
+    prepared = engine.prepare(request, 64)
+    events = [e async for e in engine.stream(prepared)]
+    assert isinstance(events[0], EngineStart)
+    assert isinstance(events[-1], EngineFinish)
+    assert all(isinstance(e, EngineText) for e in events[1:-1])
+    assert events[0].prompt_tokens == prepared.prompt_tokens
+    text = "".join(e.text for e in events[1:-1] if isinstance(e, EngineText))
+    assert "\ufffd" not in text
+    return text, events[-1], prepared.prompt_tokens
+
+
+async def test_stream_has_start_text_finish_and_usage(engine: Engine) -> None:
+    text, finish, prompt_tokens = await run(engine, chat("Say hello.", max_tokens=24))
+    assert text
+    assert finish.usage.prompt_tokens == prompt_tokens
+    assert 1 <= finish.usage.completion_tokens <= 24
+    assert finish.reason in (FinishReason.STOP, FinishReason.LENGTH)
+
+
+async def test_greedy_is_deterministic(engine: Engine) -> None:
+    request = chat("Name three colors.", max_tokens=20)
+    first = await run(engine, request)
+    second = await run(engine, request)
+    assert first[0] == second[0]
+
+
+async def test_seeded_sampling_is_reproducible(engine: Engine) -> None:
+    request = chat("Tell me a word.", max_tokens=16, temperature=0.9, top_p=0.95, seed=42)
+    assert (await run(engine, request))[0] == (await run(engine, request))[0]
+
+
+async def test_max_tokens_gives_length(engine: Engine) -> None:
+    _, finish, _ = await run(engine, chat("Count from one to one hundred in words.",
+                                          max_tokens=5))
+    assert finish.reason is FinishReason.LENGTH
+    assert finish.usage.completion_tokens == 5
+
+
+async def test_raw_prompt_completion(engine: Engine) -> None:
+    request = GenerationRequest(prompt="The capital of France is",
+                                params=SamplingParams(max_tokens=8))
+    text, finish, _ = await run(engine, request)
+    assert text and finish.usage.completion_tokens <= 8
+
+
+async def test_closing_the_stream_early_leaves_the_engine_usable(engine: Engine) -> None:
+    prepared = engine.prepare(chat("Write a long story about the sea.", max_tokens=200), 64)
+    stream = engine.stream(prepared)
+    texts = 0
+    async for event in stream:
+        if isinstance(event, EngineText):
+            texts += 1
+            if texts == 3:
+                break
+    await stream.aclose()  # type: ignore[attr-defined]
+    assert engine.healthy()
+    text, _, _ = await run(engine, chat("Say hi.", max_tokens=8))
+    assert text
+
+
+async def test_concurrent_streams_all_finish(engine: Engine) -> None:
+    requests = [chat(f"Say the number {i}.", max_tokens=12) for i in range(3)]
+    results = await asyncio.gather(*(run(engine, r) for r in requests))
+    assert all(text for text, _, _ in results)
+
+
+async def test_cancelling_the_consumer_task_stops_the_stream(engine: Engine) -> None:
+    prepared = engine.prepare(chat("Write a long essay.", max_tokens=300), 64)
+    got = asyncio.Event()
+
+    async def consume() -> None:
+        async for event in engine.stream(prepared):
+            if isinstance(event, EngineText) and event.text:
+                got.set()
+
+    task = asyncio.create_task(consume())
+    await asyncio.wait_for(got.wait(), 60)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert engine.healthy()
+    assert (await run(engine, chat("Hi.", max_tokens=4)))[0]
+
+
+def test_context_overflow_is_refused(engine: Engine) -> None:
+    limit = engine.info.context_tokens
+    with pytest.raises(ContextOverflow):
+        engine.prepare(chat("word " * 10, max_tokens=limit), 64)
+    with pytest.raises(ContextOverflow):
+        engine.prepare(GenerationRequest(prompt="word " * (limit + 10)), 64)
