@@ -5,16 +5,28 @@ Screenshots of the main states land in tests/e2e/artifacts/ (light and dark).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Literal
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, WebSocketRoute, expect, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    Locator,
+    Page,
+    WebSocketRoute,
+    expect,
+    sync_playwright,
+)
+from websockets.sync.client import connect
+from websockets.typing import Subprotocol
 
 pytestmark = pytest.mark.e2e
 
@@ -35,10 +47,16 @@ CHROMIUM_ARGS = [
 FAST = ("--engine", "fake", "--fake-pace-ms", "2")
 PACED = ("--engine", "fake", "--fake-pace-ms", "20")
 LiveServer = Callable[..., str]
+Scheme = Literal["light", "dark"]
 
 
 def _newest_source_mtime() -> float:
-    sources = [*(WEB / "src").rglob("*"), WEB / "index.html", WEB / "vite.config.ts", WEB / "package-lock.json"]
+    sources = [
+        *(WEB / "src").rglob("*"),
+        WEB / "index.html",
+        WEB / "vite.config.ts",
+        WEB / "package-lock.json",
+    ]
     return max(path.stat().st_mtime for path in sources if path.is_file())
 
 
@@ -71,12 +89,12 @@ OpenPage = Callable[..., Page]
 @pytest.fixture
 def open_page(browser: Browser, built_ui: None) -> Iterator[OpenPage]:
     """open_page(url, width=1280, height=800, scheme='light') -> a page in a fresh profile."""
-    contexts = []
+    contexts: list[BrowserContext] = []
 
-    def open_(url: str, width: int = 1280, height: int = 800, scheme: str = "light") -> Page:
+    def open_(url: str, width: int = 1280, height: int = 800, scheme: Scheme = "light") -> Page:
         context = browser.new_context(
             viewport={"width": width, "height": height},
-            color_scheme=scheme,  # type: ignore[arg-type]
+            color_scheme=scheme,
             is_mobile=width < 500,
             has_touch=width < 500,
         )
@@ -97,14 +115,15 @@ def shot(page: Page, name: str) -> None:
 
 
 def shot_both_schemes(page: Page, name: str) -> None:
-    for scheme in ("light", "dark"):
-        page.emulate_media(color_scheme=scheme)  # type: ignore[arg-type]
+    schemes: tuple[Scheme, ...] = ("light", "dark")
+    for scheme in schemes:
+        page.emulate_media(color_scheme=scheme)
         page.wait_for_timeout(50)
         shot(page, f"{name}-{scheme}")
     page.emulate_media(color_scheme="light")
 
 
-def composer(page: Page):  # type: ignore[no-untyped-def]
+def composer(page: Page) -> Locator:
     return page.get_by_role("textbox", name="Your message", exact=True)
 
 
@@ -113,7 +132,7 @@ def send(page: Page, text: str) -> None:
     composer(page).press("Enter")
 
 
-def last_answer(page: Page):  # type: ignore[no-untyped-def]
+def last_answer(page: Page) -> Locator:
     return page.locator("article.message.assistant").last
 
 
@@ -124,6 +143,13 @@ def wait_connected(page: Page) -> None:
 def answer_text(page: Page) -> str:
     locator = page.locator("article.message.assistant .markdown").last
     return locator.inner_text() if locator.count() else ""
+
+
+def wait_for_answer_text(page: Page, more_than: int) -> None:
+    page.wait_for_function(
+        "n => (document.querySelector('.assistant .markdown')?.textContent ?? '').length > n",
+        arg=more_than,
+    )
 
 
 def require_openai_routes(base: str) -> None:
@@ -143,7 +169,9 @@ def test_answer_streams_visibly_as_markdown(live_server: LiveServer, open_page: 
     for _ in range(6):
         lengths.append(len(answer_text(page)))
         page.wait_for_timeout(150)
-    assert lengths == sorted(lengths) and len(set(lengths)) >= 4, f"text did not grow steadily: {lengths}"
+    assert lengths == sorted(lengths) and len(set(lengths)) >= 4, (
+        f"text did not grow steadily: {lengths}"
+    )
     shot(page, "streaming-light")
     expect(last_answer(page)).to_have_attribute("data-status", "done", timeout=20_000)
 
@@ -156,7 +184,9 @@ def test_answer_streams_visibly_as_markdown(live_server: LiveServer, open_page: 
     expect(answer.locator("h2")).to_have_text("Code")
     expect(answer.locator("li")).to_have_count(2)
     stats = answer.locator(".stats").inner_text()
-    assert re.search(r"first token \d+ ms", stats) and "tokens/s" in stats and "WebSocket" in stats, stats
+    assert (
+        re.search(r"first token \d+ ms", stats) and "tokens/s" in stats and "WebSocket" in stats
+    ), stats
     shot_both_schemes(page, "answer")
 
 
@@ -164,9 +194,7 @@ def test_stop_regenerate_and_edit(live_server: LiveServer, open_page: OpenPage) 
     page = open_page(live_server(*PACED))
     wait_connected(page)
     send(page, "A long one please [[tokens=3000]]")
-    page.wait_for_function(
-        "() => (document.querySelector('article.assistant .markdown')?.textContent ?? '').length > 40"
-    )
+    wait_for_answer_text(page, 40)
     page.get_by_role("button", name="Stop the answer").click()
     answer = last_answer(page)
     expect(answer).to_have_attribute("data-status", "stopped")
@@ -196,7 +224,9 @@ def test_stop_regenerate_and_edit(live_server: LiveServer, open_page: OpenPage) 
 
 
 @pytest.mark.parametrize(("kind", "label"), [("ws", "WebSocket"), ("sse", "SSE"), ("rest", "REST")])
-def test_every_transport_answers(live_server: LiveServer, open_page: OpenPage, kind: str, label: str) -> None:
+def test_every_transport_answers(
+    live_server: LiveServer, open_page: OpenPage, kind: str, label: str
+) -> None:
     base = live_server(*FAST)
     if kind != "ws":
         require_openai_routes(base)
@@ -228,7 +258,8 @@ def test_history_survives_reload(live_server: LiveServer, open_page: OpenPage) -
         """async () => new Promise((resolve) => {
             const open = indexedDB.open('tokenpipe');
             open.onsuccess = () => {
-                const all = open.result.transaction('conversations').objectStore('conversations').getAll();
+                const store = open.result.transaction('conversations').objectStore('conversations');
+                const all = store.getAll();
                 all.onsuccess = () => resolve(all.result.length === 2 && all.result.every(
                     (c) => c.messages.every((m) => m.role === 'user' || m.status === 'done')));
             };
@@ -236,11 +267,15 @@ def test_history_survives_reload(live_server: LiveServer, open_page: OpenPage) -
     )
     page.reload()
     sidebar = page.get_by_role("navigation", name="Conversations")
-    expect(sidebar.locator(".conversation-select")).to_have_text(["Another topic", "First question"])
+    expect(sidebar.locator(".conversation-select")).to_have_text(
+        ["Another topic", "First question"]
+    )
     expect(page.locator(".chat-title")).to_have_text("Another topic")
     sidebar.get_by_role("button", name="First question", exact=True).click()
     expect(page.locator("article.message")).to_have_count(4)
-    expect(page.locator("article.message.user .bubble")).to_have_text(["First question", "A follow-up"])
+    expect(page.locator("article.message.user .bubble")).to_have_text(
+        ["First question", "A follow-up"]
+    )
     expect(last_answer(page)).to_contain_text("The end.")
     shot(page, "history-light")
 
@@ -248,12 +283,14 @@ def test_history_survives_reload(live_server: LiveServer, open_page: OpenPage) -
     expect(sidebar.locator(".conversation-select")).to_have_text(["First question"])
     page.wait_for_timeout(300)
     page.reload()
-    expect(page.get_by_role("navigation", name="Conversations").locator(".conversation-select")).to_have_text(
-        ["First question"]
-    )
+    expect(
+        page.get_by_role("navigation", name="Conversations").locator(".conversation-select")
+    ).to_have_text(["First question"])
 
 
-def test_enter_while_ime_composes_does_not_send(live_server: LiveServer, open_page: OpenPage) -> None:
+def test_enter_while_ime_composes_does_not_send(
+    live_server: LiveServer, open_page: OpenPage
+) -> None:
     page = open_page(live_server(*FAST))
     wait_connected(page)
     box = composer(page)
@@ -267,7 +304,8 @@ def test_enter_while_ime_composes_does_not_send(live_server: LiveServer, open_pa
     # ... or keyCode 229 (Safari sends compositionend first, then this keydown).
     box.evaluate(
         """el => {
-            const event = new KeyboardEvent('keydown', {key: 'Enter', code: 'Enter', bubbles: true, cancelable: true});
+            const event = new KeyboardEvent(
+                'keydown', {key: 'Enter', code: 'Enter', bubbles: true, cancelable: true});
             Object.defineProperty(event, 'keyCode', {get: () => 229});
             el.dispatchEvent(event);
         }"""
@@ -341,10 +379,14 @@ def test_keyboard_only_and_settings(live_server: LiveServer, open_page: OpenPage
     assert "+ 12 answer tokens" in answer.locator(".stats").inner_text()
     page.reload()
     page.get_by_role("button", name="Settings").click()
-    expect(page.get_by_role("dialog", name="Settings").get_by_label("Max tokens")).to_have_value("12")
+    expect(page.get_by_role("dialog", name="Settings").get_by_label("Max tokens")).to_have_value(
+        "12"
+    )
 
 
-def test_connection_loss_reconnects_and_resumes(live_server: LiveServer, open_page: OpenPage, browser: Browser) -> None:
+def test_connection_loss_reconnects_and_resumes(
+    live_server: LiveServer, open_page: OpenPage, browser: Browser
+) -> None:
     base = live_server("--engine", "fake", "--fake-pace-ms", "10")
     routes: list[WebSocketRoute] = []
 
@@ -360,9 +402,7 @@ def test_connection_loss_reconnects_and_resumes(live_server: LiveServer, open_pa
         page.goto(base)
         wait_connected(page)
         send(page, "Keep talking [[tokens=300]]")
-        page.wait_for_function(
-            "() => (document.querySelector('article.assistant .markdown')?.textContent ?? '').length > 30"
-        )
+        wait_for_answer_text(page, 30)
         routes[-1].close(code=1012, reason="test drops the line")
         expect(page.get_by_role("status").filter(has_text="Connection lost")).to_be_visible()
         shot(page, "reconnecting-light")
@@ -390,3 +430,37 @@ def test_api_key_goes_in_a_bearer_subprotocol(live_server: LiveServer, open_page
     wait_connected(page)
     send(page, "With a key")
     expect(last_answer(page)).to_have_attribute("data-status", "done")
+
+
+def test_queue_position_shows_while_waiting(live_server: LiveServer, open_page: OpenPage) -> None:
+    base = live_server(*PACED, "--max-streams-per-connection", "64")
+    page = open_page(base)
+    wait_connected(page)
+    # Take every slot of the fake engine from another client, so the page's request waits.
+    with connect(
+        base.replace("http", "ws") + "/ws", subprotocols=[Subprotocol("tokenpipe.v1")]
+    ) as other:
+        hello = json.loads(other.recv(timeout=5))
+        for i in range(64):
+            other.send(
+                json.dumps({"type": "generate", "id": f"hog{i}", "prompt": "x [[tokens=5000]]"})
+            )
+        send(page, "Me next")
+        status = last_answer(page).get_by_role("status")
+        expect(status).to_have_text(re.compile(r"In the queue: position \d+"))
+        shot(page, "queued-light")
+    # The other client left, its generations were cancelled: the page's answer runs.
+    expect(last_answer(page)).to_have_attribute("data-status", "done", timeout=20_000)
+    assert hello["type"] == "hello"
+
+
+def test_server_errors_are_shown_in_words(live_server: LiveServer, open_page: OpenPage) -> None:
+    page = open_page(live_server(*FAST))
+    wait_connected(page)
+    send(page, "Break please [[fail_after=5]]")
+    answer = last_answer(page)
+    expect(answer).to_have_attribute("data-status", "error")
+    expect(answer.get_by_role("alert")).to_contain_text("The model failed while answering.")
+    shot_both_schemes(page, "error")
+    # The failed answer can be asked for again.
+    expect(page.get_by_role("button", name="Regenerate the answer")).to_be_enabled()
