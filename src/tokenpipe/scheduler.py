@@ -46,17 +46,44 @@ class Scheduler:
         if self._closing:
             raise ShuttingDown("the server is shutting down")
         prepared = self.engine.prepare(request, self.default_max_tokens)
-        if self.running >= self.max_running and len(self._waiting) >= self.max_queue:
+        session = GenerationSession(prepared, self.engine.info.model_id, resumable=resumable)
+        # Admission is decided here, synchronously, so that the bound holds however many
+        # requests arrive before their tasks first run.
+        admission: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.running < self.max_running and not self._waiting:
+            self.running += 1
+            admission.set_result(None)
+        elif len(self._waiting) >= self.max_queue:
             raise Overloaded(
                 f"{self.running} generations running and {len(self._waiting)} queued",
                 retry_after_ms=1000,
             )
-        session = GenerationSession(prepared, self.engine.info.model_id, resumable=resumable)
-        task = asyncio.create_task(self._run(session), name=session.request_id)
+        else:
+            self._waiting.append((session, admission))
+            session.set_position(len(self._waiting))
+        task = asyncio.create_task(self._run(session, admission), name=session.request_id)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda t: self._done(t, session, admission))
         session.bind_cancel(task.cancel)
         return session
+
+    def _done(
+        self, task: asyncio.Task[None], session: GenerationSession,
+        admission: asyncio.Future[None],
+    ) -> None:
+        self._tasks.discard(task)
+        if session.final is None:  # cancelled before its first step: _run never ran
+            if admission.done() and not admission.cancelled():
+                self._release()
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiting.remove((session, admission))
+                    self._renumber()
+                admission.cancel()
+            if self._closing:
+                session.fail(ShuttingDown("the server shut down before the answer started"))
+            else:
+                session.finish(FinishReason.CANCELLED)
 
     async def aclose(self, deadline_s: float = 0.0) -> None:
         """Refuses new work; lets running generations finish up to the deadline, then fails
@@ -69,20 +96,14 @@ class Scheduler:
         if self._tasks:
             await asyncio.wait(set(self._tasks))
 
-    async def _admit(self, session: GenerationSession) -> None:
-        if self.running < self.max_running and not self._waiting:
-            self.running += 1
-            return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        entry = (session, future)
-        self._waiting.append(entry)
-        session.set_position(len(self._waiting))
+    async def _admit(self, session: GenerationSession, admission: asyncio.Future[None]) -> None:
         try:
-            await future
+            await admission
         except BaseException:
-            if future.done() and not future.cancelled():
+            if admission.done() and not admission.cancelled():
                 self._release()  # admitted and cancelled in the same moment
             else:
+                entry = (session, admission)
                 with contextlib.suppress(ValueError):
                     self._waiting.remove(entry)
                     self._renumber()
@@ -101,10 +122,10 @@ class Scheduler:
         for i, (waiting, _) in enumerate(self._waiting, start=1):
             waiting.set_position(i)
 
-    async def _run(self, session: GenerationSession) -> None:
+    async def _run(self, session: GenerationSession, admission: asyncio.Future[None]) -> None:
         admitted = False
         try:
-            await self._admit(session)
+            await self._admit(session, admission)
             admitted = True
             await self._generate(session)
         except asyncio.CancelledError:

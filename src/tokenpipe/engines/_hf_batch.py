@@ -72,7 +72,7 @@ class KVBatch:
         self.positions = [self.positions[i] for i in rows]
 
     def step_inputs(self, tokens: list[int]) -> dict[str, Any]:
-        """Model kwargs for one decode step: token i goes to row i."""
+        """Model kwargs for one decode step (without the cache): token i goes to row i."""
         n = len(tokens)
         self.mask = torch.cat(
             [self.mask, torch.ones((n, 1), dtype=torch.long, device=self.device)], dim=1)
@@ -81,8 +81,6 @@ class KVBatch:
             "position_ids": torch.tensor(self.positions, device=self.device).view(n, 1),
             "attention_mask": self.mask,
             "cache_position": torch.tensor([self.width - 1], device=self.device),
-            "past_key_values": self.cache,
-            "use_cache": True,
         }
         self.positions = [p + 1 for p in self.positions]
         return inputs

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import importlib.resources
+import inspect
 import logging
 import queue
 import threading
@@ -120,6 +121,9 @@ class TransformersEngine(Engine):
         config = self._model.config.get_text_config(decoder=True)
         native = getattr(config, "max_position_embeddings", None) or self.options.context_size
         self._eog = self._end_tokens()
+        # transformers 5.x renamed forward's past_key_values to cache (the old name warns).
+        params = inspect.signature(self._model.forward).parameters
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self._batchable = mergeable(DynamicCache(config=self._model.config))
         max_batch = self.parallel if self._batchable else 1
         self.info = EngineInfo("transformers", self.info.model_id,
@@ -263,7 +267,7 @@ class TransformersEngine(Engine):
                 self._step_hook([seq])
             cache = DynamicCache(config=self._model.config)
             out = self._model(input_ids=torch.tensor([prompt], device=self._device),
-                              past_key_values=cache, use_cache=True, logits_to_keep=1)
+                              use_cache=True, logits_to_keep=1, **{self._cache_arg: cache})
             token = self._choose(seq, out.logits[0, -1])
         except Exception as exc:
             self._fail([seq], exc)
@@ -279,7 +283,7 @@ class TransformersEngine(Engine):
             if self._step_hook is not None:
                 self._step_hook(list(rows))
             out = self._model(**batch.step_inputs([s.next_token for s in rows]),
-                              logits_to_keep=1)
+                              use_cache=True, logits_to_keep=1, **{self._cache_arg: batch.cache})
             logits = out.logits[:, -1, :]
             greedy = logits.argmax(dim=-1).tolist()
             tokens = [greedy[i] if s.sampler.plain_greedy else self._choose(s, logits[i])

@@ -1,0 +1,81 @@
+"""`tokenpipe chat` in a real pseudo-terminal: it streams, Ctrl-C stops the answer and not
+the program, the conversation carries on, Ctrl-D leaves."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import select
+import subprocess
+import sys
+import termios
+import time
+
+import pytest
+
+from tests.conftest import ServerProcess
+
+pytestmark = pytest.mark.e2e
+
+
+def _own_terminal() -> None:
+    """Runs in the child: a new session whose controlling terminal is the pty, so Ctrl-C
+    typed into it reaches the program as SIGINT, as in a real terminal."""
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+class Terminal:
+    def __init__(self, *args: str) -> None:
+        self.master, slave = pty.openpty()
+        self.proc = subprocess.Popen([sys.executable, "-m", "tokenpipe", *args], stdin=slave,
+                                     stdout=slave, stderr=slave, preexec_fn=_own_terminal)
+        os.close(slave)
+        self.screen = ""
+
+    def read_until(self, needle: str, timeout: float = 30.0, start: int = 0) -> str:
+        deadline = time.monotonic() + timeout
+        while needle not in self.screen[start:]:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"{needle!r} not seen; screen:\n{self.screen[-2000:]}")
+            ready, _, _ = select.select([self.master], [], [], left)
+            if ready:
+                try:
+                    self.screen += os.read(self.master, 4096).decode(errors="replace")
+                except OSError:  # the program ended
+                    raise AssertionError(f"program ended; screen:\n{self.screen}") from None
+        return self.screen
+
+    def type(self, text: str) -> None:
+        os.write(self.master, text.encode())
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        os.close(self.master)
+
+
+def test_chat_streams_and_ctrl_c_stops_only_the_answer(fake_server: ServerProcess) -> None:
+    term = Terminal("chat", "--url", fake_server.ws_url)
+    try:
+        term.read_until("you> ")
+        term.type("[[pace_ms=30]] tell me\r")
+        mark = len(term.screen)
+        term.read_until("Hello!", start=mark)  # the answer is streaming
+        term.type("\x03")  # Ctrl-C, as a terminal sends it
+        term.read_until("[stopped]", start=mark)
+        term.read_until("you> ", start=mark)
+        assert "The end." not in term.screen[mark:]  # it stopped before the end
+        assert term.proc.poll() is None  # still running
+
+        mark = len(term.screen)
+        term.type("[[echo]] second turn works\r")
+        term.read_until("second turn works", start=mark + len("[[echo]] second turn works"))
+        term.read_until("you> ", start=mark)
+        term.type("\x04")  # Ctrl-D leaves
+        assert term.proc.wait(timeout=15) == 0
+    finally:
+        term.close()

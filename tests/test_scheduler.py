@@ -1,0 +1,135 @@
+"""The scheduler and sessions on the fake engine, in-process: admission, queue positions,
+overload, cancellation, failures, and the merging of deltas for a slow reader."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tokenpipe.engines.base import EngineOptions
+from tokenpipe.engines.fake import SCRIPT, FakeEngine
+from tokenpipe.errors import ContextOverflow, Overloaded
+from tokenpipe.scheduler import Scheduler
+from tokenpipe.session import Delta, Failed, Finished, Queued, Started
+from tokenpipe.types import FinishReason, GenerationRequest, Message, SamplingParams
+
+
+def req(text: str = "hi", **params: object) -> GenerationRequest:
+    return GenerationRequest(messages=(Message("user", text),),
+                             params=SamplingParams(**params))  # type: ignore[arg-type]
+
+
+def scheduler(max_running: int = 1, max_queue: int = 4) -> Scheduler:
+    engine = FakeEngine.from_options(EngineOptions(context_size=4096))
+    return Scheduler(engine, max_running=max_running, max_queue=max_queue)
+
+
+async def test_queue_positions_count_down_in_order() -> None:
+    s = scheduler(max_running=1)
+    first = s.submit(req("[[pace_ms=5]]", max_tokens=10))
+    waiting = [s.submit(req("[[tokens=3]]")) for _ in range(3)]
+    await asyncio.sleep(0)
+    assert [w.position for w in waiting] == [1, 2, 3]
+    last = [e async for e in waiting[2].events()]
+    positions = [e.position for e in last if isinstance(e, Queued)]
+    assert positions[0] == 3 and positions[-1] == 1
+    assert positions == sorted(positions, reverse=True)
+    assert isinstance(last[-1], Finished)
+    assert first.done.is_set()
+
+
+async def test_full_queue_is_overloaded_with_retry_after() -> None:
+    s = scheduler(max_running=1, max_queue=2)
+    keep = [s.submit(req("[[pace_ms=20]]")) for _ in range(3)]
+    with pytest.raises(Overloaded) as info:
+        s.submit(req())
+    assert info.value.retry_after_ms
+    for session in keep:
+        session.cancel()
+
+
+async def test_cancel_while_queued_frees_the_place_at_once() -> None:
+    s = scheduler(max_running=1)
+    running = s.submit(req("[[pace_ms=10]]", max_tokens=50))
+    queued = s.submit(req())
+    behind = s.submit(req("[[tokens=2]]"))
+    await asyncio.sleep(0)
+    assert behind.position == 2
+    queued.cancel()
+    await asyncio.sleep(0)
+    assert behind.position == 1
+    events = [e async for e in queued.events()]
+    assert isinstance(events[-1], Finished) and events[-1].reason is FinishReason.CANCELLED
+    assert not any(isinstance(e, Started) for e in events)
+    running.cancel()
+    assert isinstance([e async for e in behind.events()][-1], Finished)
+    assert s.running == 0 and s.queued == 0
+
+
+async def test_cancel_while_running_releases_the_slot() -> None:
+    s = scheduler(max_running=1)
+    running = s.submit(req("[[pace_ms=10]]", max_tokens=200))
+    async for event in running.events():
+        if isinstance(event, Delta):
+            running.cancel()
+    assert running.final is not None and isinstance(running.final, Finished)
+    assert running.final.reason is FinishReason.CANCELLED
+    assert running.final.usage.completion_tokens < 10
+    assert s.running == 0
+
+
+async def test_engine_fault_fails_only_that_session() -> None:
+    s = scheduler(max_running=2)
+    bad = s.submit(req("[[fail_after=2]]"))
+    good = s.submit(req())
+    bad_events = [e async for e in bad.events()]
+    good_events = [e async for e in good.events()]
+    assert isinstance(bad_events[-1], Failed) and bad_events[-1].error.code == "engine_error"
+    assert "".join(e.text for e in good_events if isinstance(e, Delta)) == SCRIPT
+
+
+async def test_context_overflow_is_raised_before_anything_runs() -> None:
+    s = scheduler()
+    with pytest.raises(ContextOverflow):
+        s.submit(GenerationRequest(prompt="x" * 20000))
+    assert s.running == 0
+
+
+async def test_slow_reader_gets_merged_deltas_with_contiguous_seq() -> None:
+    s = scheduler()
+    session = s.submit(req())
+    await session.done.wait()  # the reader was away for the whole answer
+    events = [e async for e in session.events()]
+    deltas = [e for e in events if isinstance(e, Delta)]
+    assert len(deltas) == 1 and deltas[0].seq == 0
+    assert deltas[0].text == SCRIPT
+
+
+async def test_resumable_session_replays_after_any_seq() -> None:
+    s = scheduler()
+    session = s.submit(req(), resumable=True)
+    texts: list[str] = []
+    async for event in session.events():
+        if isinstance(event, Delta):
+            texts.append(event.text)
+    assert session.stream_token and len(session.stream_token) >= 22
+    replay = [e async for e in session.events(after_seq=0)]
+    replayed = [e for e in replay if isinstance(e, Delta)]
+    assert [d.seq for d in replayed] == list(range(1, len(texts)))
+    assert "".join(d.text for d in replayed) == "".join(texts[1:])
+    assert isinstance(replay[-1], Finished)
+
+
+async def test_cancel_right_after_submit_still_ends_and_frees() -> None:
+    s = scheduler(max_running=1)
+    running = s.submit(req())
+    queued = s.submit(req())
+    running.cancel()  # before either task has run a single step
+    queued.cancel()
+    for session in (running, queued):
+        events = [e async for e in session.events()]
+        assert isinstance(events[-1], Finished)
+        assert events[-1].reason is FinishReason.CANCELLED
+    assert s.running == 0 and s.queued == 0
+    assert [e async for e in s.submit(req("[[tokens=2]]")).events()][-1]
