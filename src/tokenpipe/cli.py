@@ -24,6 +24,8 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
     p.add_argument("--device", help="transformers engine: cpu, cuda or auto")
     p.add_argument("--fake-pace-ms", type=float, help="fake engine: delay per token")
+    p.add_argument("--upstream", help="openai engine: upstream base URL(s), comma-separated")
+    p.add_argument("--upstream-key", help="openai engine: the upstream's API key")
     p.add_argument("--default-max-tokens", type=int, help="max_tokens when a request has none")
     p.add_argument("--max-queue", type=int, help="requests waiting before 'overloaded'")
     p.add_argument("--max-message-bytes", type=int, help="largest client frame accepted")

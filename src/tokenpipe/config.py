@@ -16,6 +16,7 @@ ENGINES: dict[str, str] = {
     "llamacpp": "tokenpipe.engines.llamacpp:LlamaCppEngine",
     "transformers": "tokenpipe.engines.transformers:TransformersEngine",
     "fake": "tokenpipe.engines.fake:FakeEngine",
+    "openai": "tokenpipe.engines.openai:OpenAIEngine",
 }
 INSTALL_HINTS: dict[str, str] = {
     "llamacpp": "pip install 'tokenpipe[llamacpp]'",
@@ -35,6 +36,8 @@ class Settings:
     threads: int | None = None
     device: str | None = None
     fake_pace_ms: float = 0.0
+    upstream: str | None = None  # openai engine: base URL(s), comma-separated replicas
+    upstream_key: str | None = field(default=None, repr=False)
     default_max_tokens: int = 512
     max_queue: int = 64
     max_message_bytes: int = 1 << 20
@@ -68,6 +71,8 @@ class Settings:
             threads=self.threads,
             pace_ms=self.fake_pace_ms,
             device=self.device,
+            upstream=self.upstream,
+            upstream_key=self.upstream_key,
         )
 
 

@@ -101,5 +101,5 @@ class EngineOptions:
     threads: int | None = None
     pace_ms: float = 0.0  # fake engine only
     device: str | None = None  # transformers: cpu, cuda, auto
-    upstream: str | None = None
+    upstream: str | None = None  # openai engine: base URL(s), comma-separated replicas
     upstream_key: str | None = None
