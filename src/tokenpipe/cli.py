@@ -30,6 +30,9 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--max-queue", type=int, help="requests waiting before 'overloaded'")
     p.add_argument("--max-message-bytes", type=int, help="largest client frame accepted")
     p.add_argument("--max-streams-per-connection", type=int)
+    p.add_argument("--max-frames-per-second", type=float, help="per connection; 0 = no limit")
+    p.add_argument("--max-connections-per-client", type=int, help="open /ws per address")
+    p.add_argument("--max-prompt-tokens", type=int, help="longest prompt accepted")
     p.add_argument("--resume-grace-s", type=float, help="how long a resumable stream waits")
     p.add_argument("--shutdown-grace-s", type=float, help="how long shutdown lets streams end")
     p.add_argument("--api-key", help="require this key (Authorization: Bearer KEY)")
@@ -48,24 +51,11 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def serve(settings: Settings) -> None:
-    import uvicorn
-
-    from .server import create_app
+    from .server.app import run_server
 
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = create_app(settings)
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        ws="websockets-sansio",
-        ws_max_size=max(16 * 1024 * 1024, 4 * settings.max_message_bytes),
-        ws_ping_interval=20.0,
-        ws_ping_timeout=20.0,
-        timeout_graceful_shutdown=int(settings.shutdown_grace_s) + 5,
-    )
+    run_server(settings)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

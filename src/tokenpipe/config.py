@@ -42,6 +42,9 @@ class Settings:
     max_queue: int = 64
     max_message_bytes: int = 1 << 20
     max_streams_per_connection: int = 16
+    max_frames_per_second: float = 100.0
+    max_connections_per_client: int = 64
+    max_prompt_tokens: int | None = None  # default: what the context allows
     slow_client_timeout_s: float = 30.0
     resume_grace_s: float = 30.0
     shutdown_grace_s: float = 10.0

@@ -11,7 +11,7 @@ import logging
 from collections import deque
 
 from .engines.base import Engine
-from .errors import EngineError, Overloaded, ShuttingDown, TokenpipeError
+from .errors import ContextOverflow, EngineError, Overloaded, ShuttingDown, TokenpipeError
 from .session import GenerationSession
 from .text import StopMatcher
 from .types import EngineFinish, EngineStart, EngineText, FinishReason, GenerationRequest
@@ -27,14 +27,16 @@ class Scheduler:
         max_running: int | None = None,
         max_queue: int = 64,
         default_max_tokens: int = 512,
+        max_prompt_tokens: int | None = None,
     ) -> None:
         self.engine = engine
         self.max_running = max_running or engine.info.max_batch
         self.max_queue = max_queue
         self.default_max_tokens = default_max_tokens
+        self.max_prompt_tokens = max_prompt_tokens
         self.running = 0
         self._waiting: deque[tuple[GenerationSession, asyncio.Future[None]]] = deque()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], GenerationSession] = {}
         self._closing = False
 
     @property
@@ -46,6 +48,10 @@ class Scheduler:
         if self._closing:
             raise ShuttingDown("the server is shutting down")
         prepared = self.engine.prepare(request, self.default_max_tokens)
+        if self.max_prompt_tokens is not None and prepared.prompt_tokens > self.max_prompt_tokens:
+            raise ContextOverflow(
+                f"the prompt has {prepared.prompt_tokens} tokens; this server accepts at most "
+                f"{self.max_prompt_tokens}", param="messages")
         session = GenerationSession(prepared, self.engine.info.model_id, resumable=resumable)
         # Admission is decided here, synchronously, so that the bound holds however many
         # requests arrive before their tasks first run.
@@ -62,7 +68,7 @@ class Scheduler:
             self._waiting.append((session, admission))
             session.set_position(len(self._waiting))
         task = asyncio.create_task(self._run(session, admission), name=session.request_id)
-        self._tasks.add(task)
+        self._tasks[task] = session
         task.add_done_callback(lambda t: self._done(t, session, admission))
         session.bind_cancel(task.cancel)
         return session
@@ -71,7 +77,7 @@ class Scheduler:
         self, task: asyncio.Task[None], session: GenerationSession,
         admission: asyncio.Future[None],
     ) -> None:
-        self._tasks.discard(task)
+        self._tasks.pop(task, None)
         if session.final is None:  # cancelled before its first step: _run never ran
             if admission.done() and not admission.cancelled():
                 self._release()
@@ -80,10 +86,7 @@ class Scheduler:
                     self._waiting.remove((session, admission))
                     self._renumber()
                 admission.cancel()
-            if self._closing:
-                session.fail(ShuttingDown("the server shut down before the answer started"))
-            else:
-                session.finish(FinishReason.CANCELLED)
+            session.finish(FinishReason.CANCELLED)
 
     async def aclose(self, deadline_s: float = 0.0) -> None:
         """Refuses new work; lets running generations finish up to the deadline, then fails
@@ -91,8 +94,9 @@ class Scheduler:
         self._closing = True
         if self._tasks and deadline_s > 0:
             await asyncio.wait(set(self._tasks), timeout=deadline_s)
-        for task in list(self._tasks):
-            task.cancel(msg="shutdown")
+        for task, session in list(self._tasks.items()):
+            session.fail(ShuttingDown("the server shut down before this answer ended"))
+            task.cancel()
         if self._tasks:
             await asyncio.wait(set(self._tasks))
 
@@ -129,11 +133,7 @@ class Scheduler:
             admitted = True
             await self._generate(session)
         except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if self._closing and task is not None and "shutdown" in task.cancelling_messages():
-                session.fail(ShuttingDown("the server shut down before the answer ended"))
-            else:
-                session.finish(FinishReason.CANCELLED)
+            session.finish(FinishReason.CANCELLED)  # no-op if shutdown already failed it
         except TokenpipeError as exc:
             session.fail(exc)
         except Exception as exc:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
@@ -82,7 +84,8 @@ async def _load(runtime: Runtime, engine: Engine | None) -> None:
         return
     runtime.engine = engine
     runtime.scheduler = Scheduler(
-        engine, max_queue=settings.max_queue, default_max_tokens=settings.default_max_tokens
+        engine, max_queue=settings.max_queue, default_max_tokens=settings.default_max_tokens,
+        max_prompt_tokens=settings.max_prompt_tokens,
     )
     log.info("ready: engine=%s model=%s context=%d batch=%d", engine.info.name,
              engine.info.model_id, engine.info.context_tokens, engine.info.max_batch)
@@ -95,3 +98,35 @@ async def _shutdown(runtime: Runtime) -> None:
     runtime.close()
     if runtime.engine is not None:
         await runtime.engine.aclose()
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn closes every WebSocket with 1012 the moment shutdown starts. Drain first:
+    stop accepting, let running generations end (or fail with shutting_down) and send
+    their final frames, then let uvicorn close what is left."""
+
+    def __init__(self, config: uvicorn.Config, runtime: Runtime) -> None:
+        super().__init__(config)
+        self.runtime = runtime
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()
+        await self.runtime.drain()
+        await super().shutdown(sockets)
+
+
+def run_server(settings: Settings) -> None:
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        ws="websockets-sansio",  # its send() waits while the socket is backed up
+        ws_max_size=max(16 * 1024 * 1024, 4 * settings.max_message_bytes),
+        ws_ping_interval=20.0,
+        ws_ping_timeout=20.0,
+        timeout_graceful_shutdown=int(settings.shutdown_grace_s) + 5,
+    )
+    DrainingServer(config, app.state.runtime).run()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -59,7 +59,8 @@ def _runtime(request: Request) -> Runtime:
 
 
 def require_key(request: Request,
-                credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
+                _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+    """The bearer dependency only documents the scheme in /docs; key_matches decides."""
     key = _runtime(request).settings.api_key
     if key and not key_matches(key, request.headers.get("authorization"), []):
         raise Unauthorized("Incorrect or missing API key: send Authorization: Bearer KEY")
@@ -68,17 +69,18 @@ def require_key(request: Request,
 router = APIRouter(prefix="/v1", tags=["openai"], route_class=OpenAIRoute,
                    dependencies=[Depends(require_key)])
 
+_ERROR_TEXTS: dict[int | str, str] = {
+    400: "Invalid request (`param` names the field), or prompt plus max_tokens do not fit "
+         "the context (`code: context_length_exceeded`)",
+    401: "Missing or wrong API key",
+    404: "Unknown model (`code: model_not_found`)",
+    429: "Overloaded: retry after the `Retry-After` header's seconds",
+    500: "The engine failed before the first token",
+    503: "The model is not loaded (yet), or the server is shutting down",
+    "4XX": "Any other client error (never FastAPI's 422: validation answers 400)",
+}
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorResponse, "description": text} for status, text in {
-        400: "Invalid request (`param` names the field), or prompt plus max_tokens do not "
-             "fit the context (`code: context_length_exceeded`)",
-        401: "Missing or wrong API key",
-        404: "Unknown model (`code: model_not_found`)",
-        429: "Overloaded: retry after the `Retry-After` header's seconds",
-        500: "The engine failed before the first token",
-        503: "The model is not loaded (yet), or the server is shutting down",
-        "4XX": "Any other client error (never FastAPI's 422: validation answers 400)",
-    }.items()
+    status: {"model": ErrorResponse, "description": text} for status, text in _ERROR_TEXTS.items()
 }
 _CHAT_SSE = (
     'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m",'

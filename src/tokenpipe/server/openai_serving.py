@@ -123,17 +123,17 @@ class CompletionRender:
             text=text, finish_reason=reason)])  # type: ignore[arg-type]
 
 
-Render = ChatRender | CompletionRender
+Shape = ChatRender | CompletionRender  # the OpenAI objects of one answer
 
 
 class SessionResponse(Response):
     """The ASGI response of one generation: SSE when `stream`, else one JSON object. Its
     status and headers are decided by the session's first events, not up front."""
 
-    def __init__(self, session: GenerationSession, render: Render, *, stream: bool,
+    def __init__(self, session: GenerationSession, shape: Shape, *, stream: bool,
                  include_usage: bool = False, ping_s: float = PING_INTERVAL_S) -> None:
         self.session = session
-        self.render = render
+        self.shape = shape
         self.stream = stream
         self.include_usage = include_usage
         self.ping_s = ping_s
@@ -180,7 +180,7 @@ class SessionResponse(Response):
 
     async def _stream(self, send: Send) -> None:
         cursor = self.session.cursor()
-        render = self.render
+        shape = self.shape
         headers_sent = opened = False
         while True:
             out: list[bytes] = []
@@ -193,13 +193,13 @@ class SessionResponse(Response):
                     out.append(sse_comment(f"queued position={event.position}"))
                 elif isinstance(event, Delta | Finished) and not opened:
                     opened = True
-                    out.append(render.opening())
+                    out.append(shape.opening())
                 if isinstance(event, Delta):
-                    out.append(render.delta(event.text))
+                    out.append(shape.delta(event.text))
                 elif isinstance(event, Finished):
-                    out.append(render.finish(event.reason.value))
+                    out.append(shape.finish(event.reason.value))
                     if self.include_usage:
-                        out.append(render.usage(event.usage))
+                        out.append(shape.usage(event.usage))
                     out.append(SSE_DONE)
                     ended = True
                 elif isinstance(event, Failed):
@@ -227,7 +227,7 @@ class SessionResponse(Response):
                 if isinstance(event, Delta):
                     parts.append(event.text)
                 elif isinstance(event, Finished):
-                    body = self.render.whole("".join(parts), event.reason.value, event.usage)
+                    body = self.shape.whole("".join(parts), event.reason.value, event.usage)
                     response: Response = Response(body.model_dump_json(),
                                                   media_type="application/json")
                     await response(self._scope, _no_receive, send)

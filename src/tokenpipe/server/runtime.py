@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass, field
+from typing import Any
 
 from .. import __version__
 from ..config import Settings
@@ -25,6 +26,8 @@ class Runtime:
     resumable: dict[str, GenerationSession] = field(default_factory=dict)
     _grace: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
     shutting_down: bool = False
+    connections: set[Any] = field(default_factory=set)  # open /ws connections
+    per_client: dict[str, int] = field(default_factory=dict)  # open /ws per client address
 
     @property
     def ready(self) -> bool:
@@ -94,6 +97,16 @@ class Runtime:
         session = self.resumable.pop(token, None)
         if session is not None:
             session.cancel()
+
+    async def drain(self) -> None:
+        """Graceful shutdown, before the server closes connections: refuse new work, let
+        running generations finish up to the grace deadline, fail the rest with
+        shutting_down, and close every socket with 1012 once its final frames are out."""
+        self.shutting_down = True
+        if self.scheduler is not None:
+            await self.scheduler.aclose(self.settings.shutdown_grace_s)
+        await asyncio.gather(*(c.close_when_flushed(1012) for c in list(self.connections)),
+                             return_exceptions=True)
 
     def close(self) -> None:
         for handle in self._grace.values():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -32,12 +33,34 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
     offered = list(websocket.scope.get("subprotocols") or [])
     if not await check_handshake(websocket, runtime, offered):
         return
-    if wire.PROTOCOL in offered:
-        await JsonConnection(websocket, runtime).run()
-    elif not any(not p.startswith("tokenpipe.bearer.") for p in offered):
-        await PlainConnection(websocket, runtime).run()
-    else:
-        await websocket.close(code=1002, reason=f"unsupported subprotocol; offer {wire.PROTOCOL}")
+    client = websocket.client.host if websocket.client else "unknown"
+    limit = runtime.settings.max_connections_per_client
+    if runtime.per_client.get(client, 0) >= limit:
+        await _refuse_busy(websocket, wire.PROTOCOL in offered, limit)
+        return
+    runtime.per_client[client] = runtime.per_client.get(client, 0) + 1
+    try:
+        if wire.PROTOCOL in offered:
+            await JsonConnection(websocket, runtime).run()
+        elif not any(not p.startswith("tokenpipe.bearer.") for p in offered):
+            await PlainConnection(websocket, runtime).run()
+        else:
+            await websocket.close(code=1002,
+                                  reason=f"unsupported subprotocol; offer {wire.PROTOCOL}")
+    finally:
+        runtime.per_client[client] -= 1
+        if not runtime.per_client[client]:
+            del runtime.per_client[client]
+
+
+async def _refuse_busy(websocket: WebSocket, json_mode: bool, limit: int) -> None:
+    """Too many connections from one address: say so in a frame, then close 1013."""
+    await websocket.accept(subprotocol=wire.PROTOCOL if json_mode else None)
+    message = f"at most {limit} connections per client address; close one and retry"
+    if json_mode:
+        await websocket.send_text(wire.dumps(wire.error("rate_limited", message,
+                                                        retry_after_ms=1000)))
+    await websocket.close(code=1013, reason="too many connections from this address")
 
 
 @dataclass
@@ -88,6 +111,28 @@ def event_frame(stream_id: str, event: Event) -> dict[str, Any]:
     return wire.error(e.code, e.message, stream_id, e.retry_after_ms)
 
 
+class TokenBucket:
+    """`rate` frames per second on average, bursts up to twice that."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.capacity = max(1.0, 2 * rate)
+        self.tokens = self.capacity
+        self.stamp = time.monotonic()
+
+    def take(self) -> float:
+        """0 if a frame may pass now, else the seconds until one may."""
+        if self.rate <= 0:
+            return 0.0
+        now = time.monotonic()
+        self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return 0.0
+        return (1 - self.tokens) / self.rate
+
+
 class JsonConnection:
     def __init__(self, websocket: WebSocket, runtime: Runtime) -> None:
         self.ws = websocket
@@ -97,17 +142,29 @@ class JsonConnection:
         self.outbox: deque[dict[str, Any]] = deque()
         self.dirty: dict[str, None] = {}  # ordered set of stream ids with news
         self.wake = asyncio.Event()
+        self.sending = False  # the writer holds frames it has taken but not yet sent
 
     async def run(self) -> None:
         await self.ws.accept(subprotocol=wire.PROTOCOL)
         self.send(wire.hello(SERVER_NAME, self.runtime.models, self.runtime.limits()))
+        self.runtime.connections.add(self)
         try:
             await _race(self._reader(), self._writer())
         finally:
+            self.runtime.connections.discard(self)
             for stream_id, stream in list(self.streams.items()):
                 self._release(stream_id, stream, connection_lost=True)
             with contextlib.suppress(Exception):
                 await self.ws.close()
+
+    async def close_when_flushed(self, code: int, timeout: float = 5.0) -> None:
+        """Closes the socket once every stream on it has sent its final frame."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                while self.streams or self.outbox or self.dirty or self.sending:
+                    await asyncio.sleep(0.01)
+        with contextlib.suppress(Exception):
+            await self.ws.close(code=code, reason="server shutting down")
 
     def send(self, frame: dict[str, Any]) -> None:
         self.outbox.append(frame)
@@ -130,10 +187,16 @@ class JsonConnection:
     # ---- frames in ----------------------------------------------------------------------
     async def _reader(self) -> None:
         limit = self.settings.max_message_bytes
+        bucket = TokenBucket(self.settings.max_frames_per_second)
         while True:
             message = await self.ws.receive()
             if message["type"] == "websocket.disconnect":
                 return
+            wait_s = bucket.take()
+            if wait_s > 0:
+                self.send(wire.error("rate_limited", "too many frames per second; this frame "
+                                     "was not processed", retry_after_ms=int(wait_s * 1000) + 1))
+                continue
             text = message.get("text")
             if text is None:
                 self.send(wire.error("bad_request", "binary frames are not accepted; send JSON "
@@ -221,6 +284,7 @@ class JsonConnection:
         while True:
             await self.wake.wait()
             self.wake.clear()
+            self.sending = True
             while self.outbox or self.dirty:
                 frames = list(self.outbox)
                 self.outbox.clear()
@@ -240,6 +304,7 @@ class JsonConnection:
                         log.warning("client stopped reading for %.0f s; dropping it", timeout)
                         await self.ws.close(code=1008, reason="client too slow")
                         return
+            self.sending = False
 
 
 class PlainConnection:
@@ -253,11 +318,22 @@ class PlainConnection:
 
     async def run(self) -> None:
         await self.ws.accept()
+        self.runtime.connections.add(self)
+        self.busy = False
         try:
             await _race(self._reader(), self._answer_all())
         finally:
+            self.runtime.connections.discard(self)
             with contextlib.suppress(Exception):
                 await self.ws.close()
+
+    async def close_when_flushed(self, code: int, timeout: float = 5.0) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                while self.busy:
+                    await asyncio.sleep(0.01)
+        with contextlib.suppress(Exception):
+            await self.ws.close(code=code, reason="server shutting down")
 
     async def _reader(self) -> None:
         while True:
@@ -272,7 +348,11 @@ class PlainConnection:
     async def _answer_all(self) -> None:
         while True:
             text = await self.inbox.get()
-            await self._answer(text)
+            self.busy = True
+            try:
+                await self._answer(text)
+            finally:
+                self.busy = False
 
     async def _answer(self, text: str) -> None:
         session: GenerationSession | None = None
