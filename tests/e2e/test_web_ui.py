@@ -389,10 +389,14 @@ def test_connection_loss_reconnects_and_resumes(
 ) -> None:
     base = live_server("--engine", "fake", "--fake-pace-ms", "10")
     routes: list[WebSocketRoute] = []
+    line = {"down": False}
 
     def proxy(route: WebSocketRoute) -> None:
-        route.connect_to_server()
         routes.append(route)
+        if line["down"]:
+            route.close(code=1013, reason="the test keeps the line down")
+        else:
+            route.connect_to_server()
 
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     try:
@@ -403,11 +407,19 @@ def test_connection_loss_reconnects_and_resumes(
         wait_connected(page)
         send(page, "Keep talking [[tokens=300]]")
         wait_for_answer_text(page, 30)
+        line["down"] = True
         routes[-1].close(code=1012, reason="test drops the line")
-        expect(page.get_by_role("status").filter(has_text="Connection lost")).to_be_visible()
+        banner = page.get_by_role("status").filter(has_text="Connection lost")
+        expect(banner).to_be_visible()
+        expect(last_answer(page).locator(".resume-note")).to_be_visible()
+        expect(page.locator(".connection[data-status=reconnecting]")).to_be_visible()
+        page.wait_for_timeout(1200)  # let a reconnect attempt fail: the backoff goes on
+        assert len(routes) >= 2, "the page did not try to reconnect"
         shot(page, "reconnecting-light")
+
+        line["down"] = False
+        banner.get_by_role("button", name="Retry now").click()
         wait_connected(page)
-        assert len(routes) >= 2, "the page did not reconnect"
         answer = last_answer(page)
         expect(answer).to_have_attribute("data-status", "done", timeout=20_000)
         resumed = answer_text(page)

@@ -87,10 +87,15 @@ export function App() {
   );
 
   const closeSidebar = useCallback(() => setSidebarOpen(false), []);
+  const menuButton = useRef<HTMLButtonElement>(null);
   useEffect(() => {
     if (!sidebarOpen) return;
+    // The drawer comes first in the page: move focus into it, and back to the menu after.
+    document.querySelector<HTMLElement>('#sidebar .new-chat')?.focus();
     const onKey = (event: KeyboardEvent) => {
-      if (event.key === 'Escape') setSidebarOpen(false);
+      if (event.key !== 'Escape') return;
+      setSidebarOpen(false);
+      menuButton.current?.focus();
     };
     window.addEventListener('keydown', onKey);
     return () => window.removeEventListener('keydown', onKey);
@@ -124,6 +129,7 @@ export function App() {
       <main className="chat">
         <header className="chat-header">
           <button
+            ref={menuButton}
             type="button"
             className="button-ghost menu-button"
             aria-label="Conversations"
@@ -142,7 +148,7 @@ export function App() {
           </button>
         </header>
         {active && active.messages.length > 0 ? (
-          <MessageList messages={active.messages} actions={actions} followToken={followToken} />
+          <MessageList messages={active.messages} actions={actions} followToken={followToken} offline={settings.transport === 'ws' && connection.status === 'reconnecting'} />
         ) : (
           <div className="empty-state">
             <h2>What shall we talk about?</h2>

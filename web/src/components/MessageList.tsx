@@ -10,9 +10,11 @@ interface MessageListProps {
   actions: MessageActions;
   /** Changes when the user sends: scroll to the end even if they had scrolled up. */
   followToken: number;
+  /** The connection is down: running answers wait to be resumed. */
+  offline: boolean;
 }
 
-export function MessageList({ messages, actions, followToken }: MessageListProps) {
+export function MessageList({ messages, actions, followToken, offline }: MessageListProps) {
   const scroller = useRef<HTMLDivElement>(null);
   const content = useRef<HTMLDivElement>(null);
   const following = useRef(true);
@@ -54,7 +56,7 @@ export function MessageList({ messages, actions, followToken }: MessageListProps
     <div className="message-scroller" ref={scroller} onScroll={onScroll}>
       <div className="message-list" ref={content} role="log" aria-label="Conversation" aria-live="off">
         {messages.map((message, index) => (
-          <MessageView key={message.id} message={message} isLast={index === lastIndex} canChange={!anyRunning} actions={actions} />
+          <MessageView key={message.id} message={message} isLast={index === lastIndex} canChange={!anyRunning} offline={offline && isRunning(message)} actions={actions} />
         ))}
       </div>
       {showJump ? (

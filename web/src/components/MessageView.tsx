@@ -18,10 +18,12 @@ interface MessageViewProps {
   isLast: boolean;
   /** False while another answer in this conversation is running. */
   canChange: boolean;
+  /** This answer is running but its connection is down. */
+  offline: boolean;
   actions: MessageActions;
 }
 
-function UserMessage({ message, canChange, actions }: Omit<MessageViewProps, 'isLast'>) {
+function UserMessage({ message, canChange, actions }: Omit<MessageViewProps, 'isLast' | 'offline'>) {
   const [draft, setDraft] = useState<string | null>(null);
   const area = useRef<HTMLTextAreaElement>(null);
   useLayoutEffect(() => autosize(area.current), [draft]);
@@ -104,7 +106,7 @@ function AnswerStatus({ message }: { message: Message }) {
   }
 }
 
-function AssistantMessage({ message, isLast, canChange, actions }: MessageViewProps) {
+function AssistantMessage({ message, isLast, canChange, offline, actions }: MessageViewProps) {
   const streaming = message.status === 'streaming' || message.status === 'waiting';
   return (
     <article className="message assistant" aria-label="Answer" aria-busy={streaming} data-status={message.status}>
@@ -113,7 +115,8 @@ function AssistantMessage({ message, isLast, canChange, actions }: MessageViewPr
       <div className="message-footer">
         {streaming ? (
           <>
-            <span className="streaming-dot" aria-hidden="true" />
+            <span className={`streaming-dot${offline ? ' offline' : ''}`} aria-hidden="true" />
+            {offline ? <span className="resume-note">Connection lost: the answer resumes when it is back</span> : null}
             <button type="button" className="button-ghost small" onClick={() => actions.onStop(message.id)}>
               Stop
             </button>

@@ -2,6 +2,7 @@
 import { useEffect, useMemo, useState, useSyncExternalStore } from 'react';
 import { listModels, OpenAiClient } from '../api/openai';
 import type { Transport, TransportKind } from '../api/types';
+import { useDebounced } from './useDebounced';
 import { TokenpipeSocket, type ConnectionState } from '../api/wsClient';
 
 export function serverBaseUrl(): string {
@@ -25,7 +26,9 @@ export interface TransportInfo {
   httpModels: string[] | null;
 }
 
-export function useTransport(kind: TransportKind, apiKey: string): TransportInfo {
+export function useTransport(kind: TransportKind, typedApiKey: string): TransportInfo {
+  // A new key means a new connection: wait until the user has finished typing it.
+  const apiKey = useDebounced(typedApiKey, 400);
   const socket = useMemo(() => (kind === 'ws' ? new TokenpipeSocket({ url: websocketUrl(), apiKey }) : null), [kind, apiKey]);
   const http = useMemo(
     () => (kind === 'ws' ? null : new OpenAiClient({ baseUrl: serverBaseUrl(), apiKey, stream: kind === 'sse' })),
