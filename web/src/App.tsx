@@ -101,6 +101,10 @@ export function App() {
     return () => window.removeEventListener('keydown', onKey);
   }, [sidebarOpen]);
 
+  useEffect(() => {
+    document.title = active ? `${active.title} · tokenpipe` : 'tokenpipe';
+  }, [active?.title]);
+
   const conversations = useMemo(() => state.order.flatMap((id) => state.conversations[id] ?? []), [state.order, state.conversations]);
   const hello = connection.status === 'open' ? connection.hello : null;
 

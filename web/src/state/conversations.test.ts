@@ -93,6 +93,18 @@ describe('chatReducer: stop, errors, interruptions', () => {
   });
 });
 
+describe('chatReducer: loading', () => {
+  it('keeps a conversation started before the stored ones finished loading', () => {
+    const stored = twoTurns().conversations.c1;
+    if (!stored) throw new Error('setup');
+    const early = chatReducer(initialChatState, { type: 'send', conversationId: 'c2', user: user('u9', 'quick'), assistant: answer('a9'), now: 99 });
+    const state = chatReducer(early, { type: 'hydrate', conversations: [stored], activeId: 'c1' });
+    expect(state.order).toEqual(['c2', 'c1']);
+    expect(state.activeId).toBe('c2');
+    expect(state.loaded).toBe(true);
+  });
+});
+
 describe('chatReducer: regenerate and edit', () => {
   it('regenerate replaces the last answer with a new one', () => {
     const stopped = apply(twoTurns(), { type: 'answer/finished', ...ref('a2'), finishReason: 'cancelled' });

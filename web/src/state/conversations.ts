@@ -142,9 +142,13 @@ function hydrated(conversation: Conversation): Conversation {
 export function chatReducer(state: ChatState, action: ChatAction): ChatState {
   switch (action.type) {
     case 'hydrate': {
-      const conversations = Object.fromEntries(action.conversations.map((c) => [c.id, hydrated(c)]));
-      const order = [...action.conversations].sort((a, b) => b.updatedAt - a.updatedAt).map((c) => c.id);
-      const activeId = action.activeId && conversations[action.activeId] ? action.activeId : null;
+      // A message sent before the stored ones finished loading is kept, and stays in view.
+      const conversations = { ...Object.fromEntries(action.conversations.map((c) => [c.id, hydrated(c)])), ...state.conversations };
+      const order = Object.values(conversations)
+        .sort((a, b) => b.updatedAt - a.updatedAt)
+        .map((c) => c.id);
+      const wanted = state.activeId ?? action.activeId;
+      const activeId = wanted && conversations[wanted] ? wanted : null;
       return { conversations, order, activeId, loaded: true };
     }
     case 'new':
