@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import logging
 import sys
 from collections.abc import Sequence
 
@@ -26,6 +25,10 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--fake-pace-ms", type=float, help="fake engine: delay per token")
     p.add_argument("--upstream", help="openai engine: upstream base URL(s), comma-separated")
     p.add_argument("--upstream-key", help="openai engine: the upstream's API key")
+    p.add_argument("--upstream-first-token-timeout-s", type=float,
+                   help="openai engine: wait this long for a replica's first token (60)")
+    p.add_argument("--upstream-idle-timeout-s", type=float,
+                   help="openai engine: longest silence mid-answer (30)")
     p.add_argument("--default-max-tokens", type=int, help="max_tokens when a request has none")
     p.add_argument("--max-queue", type=int, help="requests waiting before 'overloaded'")
     p.add_argument("--max-message-bytes", type=int, help="largest client frame accepted")
@@ -38,6 +41,7 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--api-key", help="require this key (Authorization: Bearer KEY)")
     p.add_argument("--allowed-origins", help="comma-separated extra browser origins for /ws")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-format", choices=["text", "json"], help="log lines as text or JSON")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -53,8 +57,6 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 def serve(settings: Settings) -> None:
     from .server.app import run_server
 
-    logging.basicConfig(level=settings.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     run_server(settings)
 
 

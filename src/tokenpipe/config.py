@@ -38,6 +38,8 @@ class Settings:
     fake_pace_ms: float = 0.0
     upstream: str | None = None  # openai engine: base URL(s), comma-separated replicas
     upstream_key: str | None = field(default=None, repr=False)
+    upstream_first_token_timeout_s: float = 60.0
+    upstream_idle_timeout_s: float = 30.0
     default_max_tokens: int = 512
     max_queue: int = 64
     max_message_bytes: int = 1 << 20
@@ -52,6 +54,7 @@ class Settings:
     api_key: str | None = field(default=None, repr=False)
     allowed_origins: tuple[str, ...] = ()
     log_level: str = "info"
+    log_format: str = "text"
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:
@@ -76,6 +79,8 @@ class Settings:
             device=self.device,
             upstream=self.upstream,
             upstream_key=self.upstream_key,
+            upstream_first_token_timeout_s=self.upstream_first_token_timeout_s,
+            upstream_idle_timeout_s=self.upstream_idle_timeout_s,
         )
 
 

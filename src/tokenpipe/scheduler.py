@@ -8,11 +8,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 
 from .engines.base import Engine
 from .errors import ContextOverflow, EngineError, Overloaded, ShuttingDown, TokenpipeError
-from .session import GenerationSession
+from .metrics import Metrics
+from .session import Failed, GenerationSession
 from .text import StopMatcher
 from .types import EngineFinish, EngineStart, EngineText, FinishReason, GenerationRequest
 
@@ -28,12 +30,17 @@ class Scheduler:
         max_queue: int = 64,
         default_max_tokens: int = 512,
         max_prompt_tokens: int | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.engine = engine
         self.max_running = max_running or engine.info.max_batch
         self.max_queue = max_queue
         self.default_max_tokens = default_max_tokens
         self.max_prompt_tokens = max_prompt_tokens
+        self.metrics = metrics
+        if metrics is not None:
+            metrics.active.set_function(lambda: self.running)
+            metrics.queued.set_function(lambda: len(self._waiting))
         self.running = 0
         self._waiting: deque[tuple[GenerationSession, asyncio.Future[None]]] = deque()
         self._tasks: dict[asyncio.Task[None], GenerationSession] = {}
@@ -87,6 +94,7 @@ class Scheduler:
                     self._renumber()
                 admission.cancel()
             session.finish(FinishReason.CANCELLED)
+            self._observe(session)
 
     async def aclose(self, deadline_s: float = 0.0) -> None:
         """Refuses new work; lets running generations finish up to the deadline, then fails
@@ -144,24 +152,67 @@ class Scheduler:
                 self._release()
             if session.final is None:  # defensive: every session ends with one final event
                 session.fail(EngineError("generation ended without a result"))
+            self._observe(session)
+
+    def _observe(self, session: GenerationSession) -> None:
+        """Metrics and the one log line per generation, keyed by its request id."""
+        final = session.final
+        usage = session.usage()
+        if isinstance(final, Failed):
+            log.warning("%s failed: %s: %s", session.request_id, final.error.code,
+                        final.error.message,
+                        extra={"request_id": session.request_id, "code": final.error.code})
+        elif final is not None:
+            t = final.timing
+            log.info("%s %s: %d prompt + %d completion tokens, ttft %s ms, total %.0f ms",
+                     session.request_id, final.reason.value, usage.prompt_tokens,
+                     usage.completion_tokens, t.ttft_ms, t.total_ms,
+                     extra={"request_id": session.request_id,
+                            "finish_reason": final.reason.value,
+                            "prompt_tokens": usage.prompt_tokens,
+                            "completion_tokens": usage.completion_tokens,
+                            "ttft_ms": t.ttft_ms, "total_ms": t.total_ms})
+        m = self.metrics
+        if m is None or final is None:
+            return
+        m.tokens.inc(usage.completion_tokens)
+        if session.started_at is not None:
+            m.prompt_tokens.inc(usage.prompt_tokens)
+        if session.first_token_at is not None:
+            m.ttft.observe(session.first_token_at - session.created)
+        if isinstance(final, Failed):
+            m.errors.labels(final.error.code).inc()
+        else:
+            m.finished.labels(final.reason.value).inc()
+            if final.reason is FinishReason.CANCELLED:
+                m.cancellations.inc()
 
     async def _generate(self, session: GenerationSession) -> None:
         prepared = session.prepared
         stop = StopMatcher(prepared.request.params.stop)
-        session.mark_started(prepared.prompt_tokens)
+        # No prompt_ids: the engine counts the prompt elsewhere (openai: the upstream)
+        session.mark_started(prepared.prompt_tokens or None)
         stream = self.engine.stream(prepared)
         try:
+            itl = self.metrics.itl if self.metrics is not None else None
+            last = time.perf_counter()
             async for event in stream:
                 if isinstance(event, EngineText):
+                    if itl is not None and event.text:
+                        now = time.perf_counter()
+                        itl.observe(now - last)
+                        last = now
                     session.add_text(stop.feed(event.text), event.tokens)
                     if stop.stopped:
                         session.finish(FinishReason.STOP)
                         return
                 elif isinstance(event, EngineFinish):
+                    if session.prompt_tokens is None:
+                        session.prompt_tokens = event.usage.prompt_tokens
                     session.add_text(stop.flush(), 0)
                     session.finish(event.reason)
                     return
-                elif isinstance(event, EngineStart):
+                elif isinstance(event, EngineStart) and event.prompt_tokens is not None:
                     session.prompt_tokens = event.prompt_tokens
             raise EngineError("the engine stream ended without a finish")
         finally:

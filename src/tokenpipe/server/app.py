@@ -11,11 +11,13 @@ from pathlib import Path
 
 import uvicorn
 from fastapi import FastAPI
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from fastapi.staticfiles import StaticFiles
 
 from .. import __version__
 from ..config import Settings, build_engine
+from ..logs import setup_logging
 from ..engines.base import Engine
 from ..scheduler import Scheduler
 from .openai import router as openai_router
@@ -58,6 +60,12 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             body.update(status="error", error=runtime.load_error)
         return JSONResponse(body, status_code=200 if runtime.ready else 503)
 
+    @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
+    async def metrics() -> Response:
+        """Prometheus metrics: generations, latency histograms, tokens, errors, connections."""
+        return Response(generate_latest(runtime.metrics.registry),
+                        media_type=CONTENT_TYPE_LATEST)
+
     app.add_api_websocket_route("/ws", websocket_endpoint)
     app.include_router(openai_router)
 
@@ -85,7 +93,7 @@ async def _load(runtime: Runtime, engine: Engine | None) -> None:
     runtime.engine = engine
     runtime.scheduler = Scheduler(
         engine, max_queue=settings.max_queue, default_max_tokens=settings.default_max_tokens,
-        max_prompt_tokens=settings.max_prompt_tokens,
+        max_prompt_tokens=settings.max_prompt_tokens, metrics=runtime.metrics,
     )
     log.info("ready: engine=%s model=%s context=%d batch=%d", engine.info.name,
              engine.info.model_id, engine.info.context_tokens, engine.info.max_batch)
@@ -118,8 +126,10 @@ class DrainingServer(uvicorn.Server):
 
 def run_server(settings: Settings) -> None:
     app = create_app(settings)
+    log_config = setup_logging(settings.log_level, settings.log_format)
     config = uvicorn.Config(
         app,
+        log_config=log_config,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,

@@ -11,6 +11,7 @@ from .. import __version__
 from ..config import Settings
 from ..engines.base import Engine
 from ..errors import EngineUnavailable, UnknownModel
+from ..metrics import Metrics
 from ..scheduler import Scheduler
 from ..session import GenerationSession
 
@@ -26,6 +27,7 @@ class Runtime:
     resumable: dict[str, GenerationSession] = field(default_factory=dict)
     _grace: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
     shutting_down: bool = False
+    metrics: Metrics = field(default_factory=Metrics)
     connections: set[Any] = field(default_factory=set)  # open /ws connections
     per_client: dict[str, int] = field(default_factory=dict)  # open /ws per client address
 

@@ -39,6 +39,8 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         await _refuse_busy(websocket, wire.PROTOCOL in offered, limit)
         return
     runtime.per_client[client] = runtime.per_client.get(client, 0) + 1
+    protocol = "tokenpipe.v1" if wire.PROTOCOL in offered else "plain"
+    runtime.metrics.connections.labels(protocol).inc()
     try:
         if wire.PROTOCOL in offered:
             await JsonConnection(websocket, runtime).run()
@@ -48,6 +50,7 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
             await websocket.close(code=1002,
                                   reason=f"unsupported subprotocol; offer {wire.PROTOCOL}")
     finally:
+        runtime.metrics.connections.labels(protocol).dec()
         runtime.per_client[client] -= 1
         if not runtime.per_client[client]:
             del runtime.per_client[client]
@@ -167,6 +170,9 @@ class JsonConnection:
             await self.ws.close(code=code, reason="server shutting down")
 
     def send(self, frame: dict[str, Any]) -> None:
+        """Queues a frame that is not a session event (hello, pong, rejected frames)."""
+        if frame["type"] == "error":
+            self.runtime.metrics.errors.labels(frame["code"]).inc()
         self.outbox.append(frame)
         self.wake.set()
 
