@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import asyncio
+import threading
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 TOKEN_GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
@@ -35,3 +38,16 @@ class Metrics:
                               registry=r)
         self.connections = Gauge("tokenpipe_connections", "Open connections, by protocol",
                                  ["protocol"], registry=r)
+        # For soak tests and leak hunting: these must come back to their idle values.
+        ProcessCollector(registry=r)  # process_resident_memory_bytes, open fds, ...
+        Gauge("tokenpipe_threads", "Threads in the server process",
+              registry=r).set_function(threading.active_count)
+        Gauge("tokenpipe_asyncio_tasks", "Tasks on the server's event loop",
+              registry=r).set_function(_task_count)
+
+
+def _task_count() -> int:
+    try:
+        return len(asyncio.all_tasks())
+    except RuntimeError:  # scraped outside the event loop
+        return 0
