@@ -387,7 +387,7 @@ def test_keyboard_only_and_settings(live_server: LiveServer, open_page: OpenPage
 def test_connection_loss_reconnects_and_resumes(
     live_server: LiveServer, open_page: OpenPage, browser: Browser
 ) -> None:
-    base = live_server("--engine", "fake", "--fake-pace-ms", "10")
+    base = live_server("--engine", "fake", "--fake-pace-ms", "5")
     routes: list[WebSocketRoute] = []
     line = {"down": False}
 
@@ -405,7 +405,7 @@ def test_connection_loss_reconnects_and_resumes(
         page.route_web_socket(re.compile(r".*/ws$"), proxy)
         page.goto(base)
         wait_connected(page)
-        send(page, "Keep talking [[tokens=300]]")
+        send(page, "Keep talking [[tokens=250]]")
         wait_for_answer_text(page, 30)
         line["down"] = True
         routes[-1].close(code=1012, reason="test drops the line")
@@ -445,7 +445,7 @@ def test_api_key_goes_in_a_bearer_subprotocol(live_server: LiveServer, open_page
 
 
 def test_queue_position_shows_while_waiting(live_server: LiveServer, open_page: OpenPage) -> None:
-    base = live_server(*PACED, "--max-streams-per-connection", "64")
+    base = live_server(*FAST, "--max-streams-per-connection", "64")
     page = open_page(base)
     wait_connected(page)
     # Take every slot of the fake engine from another client, so the page's request waits.
@@ -453,10 +453,9 @@ def test_queue_position_shows_while_waiting(live_server: LiveServer, open_page: 
         base.replace("http", "ws") + "/ws", subprotocols=[Subprotocol("tokenpipe.v1")]
     ) as other:
         hello = json.loads(other.recv(timeout=5))
+        hog = {"role": "user", "content": "slow [[tokens=5000]] [[pace_ms=500]]"}
         for i in range(64):
-            other.send(
-                json.dumps({"type": "generate", "id": f"hog{i}", "prompt": "x [[tokens=5000]]"})
-            )
+            other.send(json.dumps({"type": "generate", "id": f"hog{i}", "messages": [hog]}))
         send(page, "Me next")
         status = last_answer(page).get_by_role("status")
         expect(status).to_have_text(re.compile(r"In the queue: position \d+"))
