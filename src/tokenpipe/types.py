@@ -77,7 +77,7 @@ class Timing:
 # token produced only part of a character), then exactly one EngineFinish.
 @dataclass(frozen=True, slots=True)
 class EngineStart:
-    prompt_tokens: int
+    prompt_tokens: int | None  # None: known only from EngineFinish (openai engine)
 
 
 @dataclass(frozen=True, slots=True)

@@ -103,3 +103,5 @@ class EngineOptions:
     device: str | None = None  # transformers: cpu, cuda, auto
     upstream: str | None = None  # openai engine: base URL(s), comma-separated replicas
     upstream_key: str | None = None
+    upstream_first_token_timeout_s: float = 60.0  # per replica tried
+    upstream_idle_timeout_s: float = 30.0  # longest silence between chunks mid-answer

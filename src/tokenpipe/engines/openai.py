@@ -1,0 +1,523 @@
+"""The openai engine: the answer streams from an OpenAI-compatible server (vLLM, llama.cpp's
+llama-server, Ollama's /v1, TGI, another tokenpipe), so every tokenpipe feature works on
+top of an engine built for GPUs and thousands of users.
+
+    tokenpipe serve --engine openai --upstream http://gpu1:8000,http://gpu2:8000
+
+Several URLs are replicas of one model. A request goes to the healthy replica with the
+fewest requests in flight. Until its first token it may move: a refused connection, a 5xx,
+a 429 or no token within the first-token timeout tries the next healthy replica. After the
+first token it cannot (the text so far came from that replica), so a failure then ends the
+generation with engine_error, never a hang (the idle timeout) and never a silent restart.
+
+Closing the stream closes the upstream HTTP response, which is how the upstream learns to
+stop (vLLM, llama-server and tokenpipe all abort a generation whose client went away).
+
+No tokenizer lives here: the upstream applies the chat template and counts tokens, so the
+prompt's size is known only from the upstream's usage chunk at the end (`start` says
+`prompt_tokens: null`), and a prompt too long for the context is refused by the upstream
+(its 400 becomes context_overflow).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import email.utils
+import json
+import logging
+import re
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from ..errors import (
+    BadRequest,
+    ContextOverflow,
+    EngineError,
+    EngineUnavailable,
+    Overloaded,
+    TokenpipeError,
+    UnknownModel,
+)
+from ..types import (
+    EngineEvent,
+    EngineFinish,
+    EngineStart,
+    EngineText,
+    FinishReason,
+    GenerationRequest,
+    Usage,
+)
+from ._sse import SSEDecoder
+from .base import Engine, EngineInfo, EngineOptions, PreparedRequest
+
+log = logging.getLogger("tokenpipe.openai")
+
+CONNECT_TIMEOUT_S = 5.0
+HEALTH_TIMEOUT_S = 3.0
+_CONTEXT_ERROR = re.compile(r"context[ _](length|size|window)|exceed_context|maximum context|"
+                            r"too many tokens|prompt is too long", re.IGNORECASE)
+_FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH,
+           "cancelled": FinishReason.CANCELLED}
+
+
+@dataclass(eq=False)
+class Replica:
+    """One upstream server; `healthy` is what the last health check or request learned."""
+
+    base: str
+    healthy: bool = False
+    why: str = "not checked yet"
+    in_flight: int = 0
+    health_path: str = "/health"  # falls back to /v1/models where /health is 404 (Ollama)
+
+    def mark(self, healthy: bool, why: str = "") -> None:
+        if healthy != self.healthy:
+            if healthy:
+                log.info("upstream %s is healthy again", self.base)
+            else:
+                log.warning("upstream %s is unhealthy: %s", self.base, why)
+        self.healthy, self.why = healthy, why
+
+
+class _Retry(Exception):
+    """This replica failed before the first token: the request may try another."""
+
+    def __init__(self, error: TokenpipeError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+@dataclass
+class _Progress:
+    """What one upstream answer has said so far."""
+
+    texts: int = 0  # content chunks passed on, each counted as one token
+    finish: str | None = None
+    usage: dict[str, Any] | None = None
+    done: bool = False  # data: [DONE]
+    events: list[EngineEvent] = field(default_factory=list)
+
+
+class OpenAIEngine(Engine):
+    health_interval_s = 2.0
+
+    def __init__(
+        self,
+        upstreams: Sequence[str],
+        *,
+        api_key: str | None = None,
+        model: str | None = None,
+        model_id: str | None = None,
+        context_tokens: int = 8192,
+        parallel: int = 8,
+        first_token_timeout_s: float = 60.0,
+        idle_timeout_s: float = 30.0,
+    ) -> None:
+        if not upstreams:
+            raise EngineError("the openai engine needs --upstream URL[,URL...]")
+        self.replicas = [Replica(_base_url(u)) for u in upstreams]
+        self.api_key = api_key
+        self.model = model
+        self.info = EngineInfo("openai", model_id or model or "upstream", context_tokens,
+                               max(1, parallel) * len(self.replicas))
+        self._alias = model_id
+        self.first_token_timeout_s = first_token_timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self._client: httpx.AsyncClient | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self._turn = 0
+
+    @classmethod
+    def from_options(cls, options: EngineOptions) -> OpenAIEngine:
+        urls = [u for u in (options.upstream or "").split(",") if u.strip()]
+        return cls(urls, api_key=options.upstream_key, model=options.model,
+                   model_id=options.model_id, context_tokens=options.context_size,
+                   parallel=options.parallel,
+                   first_token_timeout_s=options.upstream_first_token_timeout_s,
+                   idle_timeout_s=options.upstream_idle_timeout_s)
+
+    # ---- lifecycle ----------------------------------------------------------------------
+    async def load(self) -> None:
+        headers = {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        self._client = httpx.AsyncClient(
+            headers=headers, trust_env=False,
+            timeout=httpx.Timeout(None, connect=min(CONNECT_TIMEOUT_S,
+                                                    self.first_token_timeout_s)),
+            limits=httpx.Limits(max_connections=None,
+                                max_keepalive_connections=self.info.max_batch),
+        )
+        listings = await asyncio.gather(*(self._list_models(r) for r in self.replicas))
+        try:
+            self._choose_model(listings)
+        except BaseException:
+            await self.aclose()
+            raise
+        self._watcher = asyncio.create_task(self._watch(), name="upstream-health")
+
+    async def aclose(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+            self._watcher = None
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+        for replica in self.replicas:
+            replica.mark(False, "closed")
+
+    def healthy(self) -> bool:
+        return self._client is not None and any(r.healthy for r in self.replicas)
+
+    async def _list_models(self, replica: Replica) -> list[dict[str, Any]] | None:
+        assert self._client is not None
+        try:
+            response = await self._client.get(replica.base + "/v1/models",
+                                               timeout=CONNECT_TIMEOUT_S * 2)
+        except httpx.HTTPError as exc:
+            replica.mark(False, f"upstream {replica.base} unreachable: {_describe(exc)}")
+            return None
+        if response.status_code != 200:
+            message = _error_fields(response.content)[0]
+            replica.mark(False, f"upstream {replica.base} answered {response.status_code} "
+                                f"to GET /v1/models: {message}")
+            return None
+        data = _json(response.content)
+        cards = data.get("data") if isinstance(data, dict) else None
+        return [c for c in cards if isinstance(c, dict)] if isinstance(cards, list) else []
+
+    def _choose_model(self, listings: list[list[dict[str, Any]] | None]) -> None:
+        answered = [(r, cards) for r, cards in zip(self.replicas, listings, strict=True)
+                    if cards is not None]
+        if not answered:
+            raise EngineError("; ".join(r.why for r in self.replicas))
+        if self.model is None:
+            ids = sorted({str(c.get("id")) for _, cards in answered for c in cards})
+            if len(ids) != 1:
+                raise EngineError(f"upstream {answered[0][0].base} serves "
+                                  f"{', '.join(ids) or 'no model'}: choose one with --model")
+            self.model = ids[0]
+        card: dict[str, Any] | None = None
+        for replica, cards in answered:
+            mine = [c for c in cards if c.get("id") == self.model]
+            if mine:
+                card = card or mine[0]
+                replica.mark(True)
+            else:
+                served = ", ".join(str(c.get("id")) for c in cards)
+                replica.mark(False, f"upstream {replica.base} serves {served}, "
+                                    f"not {self.model}")
+        if card is None:
+            raise EngineError("; ".join(r.why for r in self.replicas))
+        context = self.info.context_tokens
+        for key in ("max_model_len", "context_length", "context_window"):  # vLLM, others
+            if isinstance(card.get(key), int) and card[key] > 0:
+                context = card[key]
+                break
+        self.info = dataclasses.replace(self.info, model_id=self._alias or self.model,
+                                        context_tokens=context)
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self.health_interval_s)
+            await asyncio.gather(*(self._check(r) for r in self.replicas))
+
+    async def _check(self, replica: Replica) -> None:
+        assert self._client is not None
+        try:
+            response = await self._client.get(replica.base + replica.health_path,
+                                               timeout=HEALTH_TIMEOUT_S)
+            if response.status_code == 404 and replica.health_path == "/health":
+                replica.health_path = "/v1/models"
+                response = await self._client.get(replica.base + replica.health_path,
+                                                   timeout=HEALTH_TIMEOUT_S)
+        except httpx.HTTPError as exc:
+            replica.mark(False, f"upstream {replica.base} unreachable: {_describe(exc)}")
+            return
+        ok = response.status_code == 200
+        replica.mark(ok, "" if ok else f"upstream {replica.base} answered "
+                                       f"{response.status_code} to GET {replica.health_path}")
+
+    # ---- requests -----------------------------------------------------------------------
+    def render(self, request: GenerationRequest) -> str:
+        """For logs only: the upstream applies its own chat template."""
+        if request.prompt is not None:
+            return request.prompt
+        assert request.messages is not None
+        return "\n".join(f"{m.role}: {m.content}" for m in request.messages)
+
+    def tokenize(self, text: str) -> Sequence[int]:
+        raise EngineError("the openai engine has no tokenizer: its upstream counts tokens")
+
+    def prepare(self, request: GenerationRequest, default_max_tokens: int) -> PreparedRequest:
+        """No local token count (prompt_ids stays empty): only what is sure without one is
+        checked here; the upstream refuses a prompt that does not fit."""
+        limit = self.info.context_tokens
+        asked = request.params.max_tokens
+        max_tokens = min(default_max_tokens, limit - 1) if asked is None else asked
+        if max_tokens >= limit:  # the prompt takes at least one token
+            raise ContextOverflow(f"max_tokens ({max_tokens}) leaves no room for a prompt in "
+                                  f"the context of {limit} tokens", param="max_tokens")
+        return PreparedRequest(request, self.render(request), (), max_tokens)
+
+    async def stream(self, prepared: PreparedRequest) -> AsyncIterator[EngineEvent]:
+        yield EngineStart(None)
+        path, body = self._body(prepared)
+        tried: list[Replica] = []
+        errors: list[TokenpipeError] = []
+        while (replica := self._pick(tried)) is not None:
+            tried.append(replica)
+            replica.in_flight += 1
+            try:
+                async with contextlib.aclosing(self._attempt(replica, path, body)) as events:
+                    async for event in events:
+                        yield event
+                return
+            except _Retry as retry:
+                errors.append(retry.error)
+            finally:
+                replica.in_flight -= 1
+        raise self._give_up(errors)
+
+    def _pick(self, tried: list[Replica]) -> Replica | None:
+        """The healthy replica with the fewest requests in flight; ties take turns."""
+        n = len(self.replicas)
+        candidates = [(r.in_flight, (i - self._turn) % n, r) for i, r in enumerate(self.replicas)
+                      if r.healthy and r not in tried]
+        if not candidates:
+            return None
+        self._turn += 1
+        return min(candidates, key=lambda c: c[:2])[2]
+
+    def _give_up(self, errors: list[TokenpipeError]) -> TokenpipeError:
+        if not errors:
+            why = "; ".join(r.why for r in self.replicas)
+            return EngineUnavailable(f"no healthy upstream: {why}")
+        if all(isinstance(e, Overloaded) for e in errors):
+            return min(errors, key=lambda e: e.retry_after_ms or 0)
+        failed = [e for e in errors if not isinstance(e, Overloaded)]
+        if len(failed) == 1:
+            return failed[0]
+        return EngineError("every upstream failed: " + "; ".join(e.message for e in failed))
+
+    def _body(self, prepared: PreparedRequest) -> tuple[str, bytes]:
+        request, p = prepared.request, prepared.request.params
+        body: dict[str, Any] = {"model": self.model}
+        if request.messages is not None:
+            path = "/v1/chat/completions"
+            body["messages"] = [{"role": m.role, "content": m.content} for m in request.messages]
+        else:
+            path = "/v1/completions"
+            body["prompt"] = request.prompt
+        body.update(stream=True, stream_options={"include_usage": True},
+                    max_tokens=prepared.max_tokens, temperature=p.temperature, top_p=p.top_p)
+        optional = {"seed": p.seed, "stop": list(p.stop) or None,
+                    "presence_penalty": p.presence_penalty or None,
+                    "frequency_penalty": p.frequency_penalty or None,
+                    # vLLM's extra sampling parameters, sent only when they change something
+                    "top_k": p.top_k if p.top_k > 0 else None,
+                    "min_p": p.min_p or None,
+                    "repetition_penalty": None if p.repetition_penalty == 1.0
+                    else p.repetition_penalty}
+        body.update((k, v) for k, v in optional.items() if v is not None)
+        return path, json.dumps(body, ensure_ascii=False).encode()
+
+    async def _attempt(self, replica: Replica, path: str, body: bytes
+                       ) -> AsyncGenerator[EngineEvent, None]:
+        """One upstream request. Raises _Retry for a failure before the first token."""
+        if self._client is None:
+            raise EngineUnavailable("the openai engine is closed")
+        request = self._client.build_request(
+            "POST", replica.base + path, content=body,
+            headers={"content-type": "application/json", "accept": "text/event-stream"})
+        decoder = SSEDecoder()
+        progress = _Progress()
+        response: httpx.Response | None = None
+        try:
+            # Up to the first token: nothing is passed on yet, so any failure may move on.
+            try:
+                async with asyncio.timeout(self.first_token_timeout_s):
+                    response = await self._client.send(request, stream=True)
+                    if response.status_code != 200:
+                        await response.aread()
+                        raise _refusal(replica, response)
+                    chunks = response.aiter_bytes()
+                    while not progress.texts and not progress.done:
+                        raw = await anext(chunks, None)
+                        if raw is None:
+                            raise _Retry(EngineError(f"upstream {replica.base} closed the "
+                                                     "stream before the first token"))
+                        for sse in decoder.feed(raw):
+                            _handle(sse.data, progress, replica, streamed=False)
+            except TimeoutError:
+                raise _Retry(EngineError(
+                    f"upstream {replica.base} sent no token within the first-token timeout "
+                    f"of {self.first_token_timeout_s:g} s")) from None
+            except httpx.HTTPError as exc:
+                replica.mark(False, f"upstream {replica.base} failed: {_describe(exc)}")
+                verb = "unreachable" if isinstance(exc, httpx.ConnectError) else "failed"
+                raise _Retry(EngineError(f"upstream {replica.base} {verb}: "
+                                         f"{_describe(exc)}")) from None
+            # From here on the text is this replica's: a failure ends the generation.
+            while True:
+                for event in progress.events:
+                    yield event
+                progress.events.clear()
+                if progress.done:
+                    break
+                try:
+                    async with asyncio.timeout(self.idle_timeout_s):
+                        raw = await anext(chunks, None)
+                except TimeoutError:
+                    raise EngineError(f"upstream {replica.base} sent nothing for "
+                                      f"{self.idle_timeout_s:g} s mid-answer") from None
+                except httpx.HTTPError as exc:
+                    replica.mark(False, f"upstream {replica.base} failed: {_describe(exc)}")
+                    raise EngineError(f"upstream {replica.base} failed mid-answer after "
+                                      f"{progress.texts} tokens: {_describe(exc)}") from None
+                if raw is None:
+                    if progress.finish is not None:
+                        break  # no [DONE], but the answer itself was complete
+                    replica.mark(False, f"upstream {replica.base} cut a stream")
+                    raise EngineError(f"upstream {replica.base} closed the stream mid-answer "
+                                      f"after {progress.texts} tokens")
+                for sse in decoder.feed(raw):
+                    _handle(sse.data, progress, replica, streamed=True)
+            for event in _finish(progress, replica):
+                yield event
+        finally:
+            if response is not None:
+                await response.aclose()  # unread: the connection closes, the upstream stops
+
+
+# ---- the upstream's answer, chunk by chunk (no I/O below) -------------------------------
+
+
+def _handle(data: str, progress: _Progress, replica: Replica, *, streamed: bool) -> None:
+    if progress.done:
+        return
+    if data == "[DONE]":
+        progress.done = True
+        return
+    chunk = _json(data.encode())
+    if not isinstance(chunk, dict):
+        raise EngineError(f"upstream {replica.base} sent an event that is not a JSON "
+                          f"object: {data[:200]!r}")
+    if "error" in chunk:
+        message, code, kind = _error_fields(data.encode())
+        if streamed:
+            raise EngineError(f"upstream {replica.base} failed mid-answer: {message}")
+        error = _classify(400 if _CONTEXT_ERROR.search(f"{message} {code} {kind}") else 500,
+                          replica, message, code, kind)
+        raise error if isinstance(error, BadRequest) else _Retry(error)
+    for choice in chunk.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+        if isinstance(text, str) and text:
+            progress.texts += 1
+            progress.events.append(EngineText(text))
+        if choice.get("finish_reason"):
+            progress.finish = str(choice["finish_reason"])
+    if isinstance(chunk.get("usage"), dict):
+        progress.usage = chunk["usage"]
+
+
+def _finish(progress: _Progress, replica: Replica) -> list[EngineEvent]:
+    reason = _FINISH.get(progress.finish or "stop")
+    if reason is None and progress.finish == "abort":  # vLLM: the request was aborted
+        raise EngineError(f"upstream {replica.base} aborted the generation")
+    usage = progress.usage or {}
+    prompt = usage.get("prompt_tokens")
+    completion = usage.get("completion_tokens")
+    completion = completion if isinstance(completion, int) else progress.texts
+    events: list[EngineEvent] = []
+    if completion > progress.texts:  # chunks that carried several tokens, or none of text
+        events.append(EngineText("", tokens=completion - progress.texts))
+    events.append(EngineFinish(reason or FinishReason.STOP,
+                               Usage(prompt if isinstance(prompt, int) else 0,
+                                     max(completion, progress.texts))))
+    return events
+
+
+def _refusal(replica: Replica, response: httpx.Response) -> Exception:
+    """The error for a non-200 answer: a _Retry where another replica may do better."""
+    status = response.status_code
+    message, code, kind = _error_fields(response.content)
+    error = _classify(status, replica, message, code, kind)
+    if status == 429:
+        error.retry_after_ms = _retry_after_ms(response.headers) or 1000
+    if status in (502, 503, 504):
+        replica.mark(False, f"upstream {replica.base} answered {status}: {message}")
+    return _Retry(error) if status == 429 or status >= 500 else error
+
+
+def _classify(status: int, replica: Replica, message: str, code: str, kind: str
+              ) -> TokenpipeError:
+    said = f"{message} {code} {kind}"
+    if status in (400, 413, 422):
+        if _CONTEXT_ERROR.search(said):
+            return ContextOverflow(message)
+        return BadRequest(message)
+    if status == 404 and re.search("model", said, re.IGNORECASE):
+        return UnknownModel(message, param="model")
+    if status == 429:
+        return Overloaded(f"upstream {replica.base} is busy: {message}")
+    if status in (401, 403):
+        return EngineError(f"upstream {replica.base} refused our key ({status}): {message} "
+                           "(check --upstream-key)")
+    return EngineError(f"upstream {replica.base} answered {status}: {message}")
+
+
+def _error_fields(body: bytes) -> tuple[str, str, str]:
+    """(message, code, type) from the error shapes of OpenAI, vLLM, llama-server and TGI."""
+    data = _json(body)
+    if isinstance(data, dict):
+        error = data.get("error", data)
+        if isinstance(error, dict):
+            return (str(error.get("message") or error.get("detail") or error)[:500],
+                    str(error.get("code") or ""), str(error.get("type") or ""))
+        if isinstance(error, str):
+            return error[:500], "", str(data.get("error_type") or "")
+    return body.decode(errors="replace")[:500] or "(no body)", "", ""
+
+
+def _retry_after_ms(headers: httpx.Headers) -> int | None:
+    with contextlib.suppress(ValueError):
+        if "retry-after-ms" in headers:
+            return max(0, int(float(headers["retry-after-ms"])))
+        value = headers.get("retry-after")
+        if value is None:
+            return None
+        if value.strip().isdigit():
+            return int(value) * 1000
+        when = email.utils.parsedate_to_datetime(value).timestamp()
+        return max(0, int((when - time.time()) * 1000))
+    return None
+
+
+def _json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _base_url(url: str) -> str:
+    base = url.strip().rstrip("/")
+    if base.endswith("/v1"):  # people paste the OpenAI base URL; the paths add /v1 back
+        base = base[:-3]
+    if not re.match(r"https?://[^/]", base):
+        raise EngineError(f"--upstream {url!r} is not an http:// or https:// URL")
+    return base

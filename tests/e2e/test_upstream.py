@@ -1,0 +1,640 @@
+"""The openai engine against real upstream servers on free ports.
+
+Two kinds of upstream: a small OpenAI-compatible server written here that misbehaves on
+request (dies mid-stream, answers 500 or 429, stalls; the faults a real vLLM shows under
+trouble, made reproducible), and a real `tokenpipe serve` on the fake engine. Timeouts are
+set short so that faults show quickly; nothing asserts on how long anything took.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from tests.conftest import ServerProcess, free_port
+from tokenpipe.client import Client, ServerError
+from tokenpipe.engines.base import PreparedRequest
+from tokenpipe.engines.fake import SCRIPT
+from tokenpipe.engines.openai import OpenAIEngine
+from tokenpipe.errors import (
+    BadRequest,
+    ContextOverflow,
+    EngineError,
+    EngineUnavailable,
+    Overloaded,
+    UnknownModel,
+)
+from tokenpipe.types import (
+    EngineEvent,
+    EngineFinish,
+    EngineStart,
+    EngineText,
+    FinishReason,
+    GenerationRequest,
+    Message,
+    SamplingParams,
+)
+
+pytestmark = pytest.mark.e2e
+
+PIECES = ["Hello", ",", " wörld", " 日本", "🎉", " and", " more", "."]
+PROMPT_TOKENS = 17
+_DIRECTIVE = re.compile(r"\[\[(\w+)(?:=(\d+))?\]\]")
+
+
+class FaultUpstream:
+    """An OpenAI-compatible streaming server that misbehaves when asked to. Directives in
+    the last message (or the prompt), or in `defaults` for every request:
+
+        status=N        answer N before streaming (400 context / other, 404, 429, 5xx)
+        context         with status=400: a vLLM-style context-length refusal
+        retry_after=S   with status=429: the Retry-After header
+        tokens=N        N text chunks (default 8)     per_chunk=K  K pieces per chunk
+        first_ms=N      wait N ms before the first text chunk
+        die_after=N     drop the connection after N chunks
+        stall_after=N   stop sending after N chunks (the connection stays open)
+        error_after=N   an in-band error event after N chunks
+    """
+
+    def __init__(self, model: str = "fault-model", *, extra_models: tuple[str, ...] = ()) -> None:
+        self.model = model
+        self.extra_models = extra_models
+        self.defaults: dict[str, int] = {}
+        self.health_status = 200
+        self.bodies: list[dict[str, Any]] = []
+        self.open_streams = 0
+        self.disconnects = 0
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(
+            self._app(), host="127.0.0.1", port=self.port, log_level="critical",
+            lifespan="off", timeout_graceful_shutdown=1))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def reset(self) -> None:
+        self.defaults = {}
+        self.health_status = 200
+        self.bodies.clear()
+
+    def start(self) -> FaultUpstream:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert time.monotonic() < deadline, "the fault upstream did not start"
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+    def _app(self) -> FastAPI:
+        app = FastAPI()
+
+        @app.get("/health")
+        async def health() -> Response:
+            return Response(status_code=self.health_status)
+
+        @app.get("/v1/models")
+        async def models() -> dict[str, Any]:
+            cards = [{"id": m, "object": "model", "max_model_len": 4096}
+                     for m in (self.model, *self.extra_models)]
+            return {"object": "list", "data": cards}
+
+        @app.post("/v1/chat/completions")
+        async def chat(request: Request) -> Response:
+            body = await request.json()
+            return self._answer(body, body["messages"][-1]["content"], chat=True)
+
+        @app.post("/v1/completions")
+        async def completions(request: Request) -> Response:
+            body = await request.json()
+            return self._answer(body, body["prompt"], chat=False)
+
+        return app
+
+    def _answer(self, body: dict[str, Any], last: str, *, chat: bool) -> Response:
+        self.bodies.append(body)
+        d = {**self.defaults, **{m[1]: int(m[2] or 0) for m in _DIRECTIVE.finditer(last)}}
+        status = d.get("status", 200)
+        if status == 400 and "context" in d:
+            return JSONResponse({"object": "error", "type": "BadRequestError", "code": 400,
+                                 "message": "This model's maximum context length is 4096 "
+                                            "tokens. However, you requested 9000 tokens."},
+                                status_code=400)
+        if status == 404:
+            return JSONResponse({"error": {"message": f"The model `{body['model']}` does not "
+                                           "exist.", "type": "NotFoundError", "code": 404}},
+                                status_code=404)
+        if status != 200:
+            headers = {"retry-after": str(d["retry_after"])} if "retry_after" in d else None
+            return JSONResponse({"error": {"message": f"injected {status}", "param": None,
+                                           "type": "invalid_request_error", "code": None}},
+                                status_code=status, headers=headers)
+        return StreamingResponse(self._events(body, d, chat), media_type="text/event-stream")
+
+    async def _events(self, body: dict[str, Any], d: dict[str, int], chat: bool
+                      ) -> AsyncIterator[bytes]:
+        def chunk(text: str | None, finish: str | None = None,
+                  usage: dict[str, int] | None = None) -> bytes:
+            choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
+            if chat:
+                choice["delta"] = {} if text is None else {"content": text}
+            else:
+                choice["text"] = text or ""
+            obj = {"id": "x", "object": "chat.completion.chunk" if chat else "text_completion",
+                   "model": self.model, "choices": [] if usage else [choice], "usage": usage}
+            return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+        self.open_streams += 1
+        done = False
+        try:
+            if chat:
+                yield chunk("")  # the role chunk carries no text
+            n = min(d.get("tokens", len(PIECES)), body["max_tokens"])
+            per = d.get("per_chunk", 1)
+            if "first_ms" in d:
+                await asyncio.sleep(d["first_ms"] / 1000)
+            for i in range(0, n, per):
+                if d.get("die_after") == i:
+                    raise ConnectionAbortedError("the fault upstream dies mid-stream")
+                if d.get("stall_after") == i:
+                    await asyncio.sleep(3600)
+                if d.get("error_after") == i:
+                    yield b'data: {"error": {"message": "injected in-band", "code": 500}}\n\n'
+                    yield b"data: [DONE]\n\n"
+                    done = True
+                    return
+                yield chunk("".join(PIECES[j % len(PIECES)] for j in range(i, min(i + per, n))))
+                await asyncio.sleep(0)
+            yield chunk(None, "length" if n == body["max_tokens"] else "stop")
+            yield chunk(None, usage={"prompt_tokens": PROMPT_TOKENS, "completion_tokens": n,
+                                     "total_tokens": PROMPT_TOKENS + n})
+            yield b"data: [DONE]\n\n"
+            done = True
+        finally:
+            self.open_streams -= 1
+            if not done:
+                self.disconnects += 1
+
+
+def expected_text(n: int = len(PIECES)) -> str:
+    return "".join(PIECES[j % len(PIECES)] for j in range(n))
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[FaultUpstream]:
+    server = FaultUpstream().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def upstream_b() -> Iterator[FaultUpstream]:
+    server = FaultUpstream().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fresh(upstream: FaultUpstream, upstream_b: FaultUpstream) -> Iterator[None]:
+    upstream.reset()
+    upstream_b.reset()
+    yield
+    upstream.reset()
+    upstream_b.reset()
+
+
+EngineFactory = Callable[..., Any]
+
+
+@pytest.fixture
+async def engine(fresh: None) -> AsyncIterator[EngineFactory]:
+    """engine(*urls, **options) -> a loaded OpenAIEngine, closed after the test."""
+    made: list[OpenAIEngine] = []
+
+    async def make(*urls: str, **options: Any) -> OpenAIEngine:
+        options.setdefault("first_token_timeout_s", 10.0)
+        options.setdefault("idle_timeout_s", 10.0)
+        eng = OpenAIEngine(list(urls), **options)
+        eng.health_interval_s = 0.05
+        made.append(eng)
+        await eng.load()
+        return eng
+
+    yield make
+    for eng in made:
+        await eng.aclose()
+
+
+def chat(text: str, **params: Any) -> GenerationRequest:
+    return GenerationRequest(messages=(Message("user", text),), params=SamplingParams(**params))
+
+
+async def run(eng: OpenAIEngine, request: GenerationRequest) -> list[EngineEvent]:
+    return [e async for e in eng.stream(eng.prepare(request, 64))]
+
+
+def text_of(events: list[EngineEvent]) -> str:
+    return "".join(e.text for e in events if isinstance(e, EngineText))
+
+
+async def eventually(condition: Callable[[], bool], what: str, within_s: float = 20.0) -> None:
+    """Waits for something another process or thread does (a bound, not a measurement)."""
+    deadline = time.monotonic() + within_s
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        await asyncio.sleep(0.02)
+
+
+# ---- the engine, in process ------------------------------------------------------------
+
+
+async def test_streams_text_and_usage_and_passes_every_parameter(
+    engine: EngineFactory, upstream: FaultUpstream
+) -> None:
+    eng = await engine(upstream.url)
+    assert eng.info.model_id == "fault-model"  # discovered from GET /v1/models
+    assert eng.info.context_tokens == 4096  # its max_model_len
+    request = chat("hi", max_tokens=32, temperature=0.7, top_p=0.9, top_k=40, min_p=0.05,
+                   repetition_penalty=1.1, presence_penalty=0.5, frequency_penalty=0.25,
+                   seed=7, stop=("zzz",))
+    events = await run(eng, request)
+    assert events[0] == EngineStart(None)  # the prompt is counted upstream, at the end
+    assert text_of(events) == expected_text()
+    assert events[-1] == EngineFinish(FinishReason.STOP, _usage(len(PIECES)))
+    sent = upstream.bodies[-1]
+    assert sent["messages"] == [{"role": "user", "content": "hi"}]
+    assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
+    assert {k: sent[k] for k in ("model", "max_tokens", "temperature", "top_p", "top_k",
+                                  "min_p", "repetition_penalty", "presence_penalty",
+                                  "frequency_penalty", "seed", "stop")} == {
+        "model": "fault-model", "max_tokens": 32, "temperature": 0.7, "top_p": 0.9,
+        "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1, "presence_penalty": 0.5,
+        "frequency_penalty": 0.25, "seed": 7, "stop": ["zzz"]}
+
+
+def _usage(completion: int) -> Any:
+    from tokenpipe.types import Usage
+
+    return Usage(PROMPT_TOKENS, completion)
+
+
+async def test_neutral_extras_are_not_sent_and_raw_prompts_use_completions(
+    engine: EngineFactory, upstream: FaultUpstream
+) -> None:
+    eng = await engine(upstream.url + "/v1/", model="fault-model", model_id="alias")
+    assert eng.info.model_id == "alias"
+    events = await run(eng, GenerationRequest(prompt="Once [[tokens=3]]",
+                                              params=SamplingParams(max_tokens=3)))
+    assert text_of(events) == expected_text(3)
+    assert events[-1] == EngineFinish(FinishReason.LENGTH, _usage(3))
+    sent = upstream.bodies[-1]
+    assert sent["prompt"] == "Once [[tokens=3]]" and sent["model"] == "fault-model"
+    assert not {"top_k", "min_p", "repetition_penalty", "seed", "stop"} & set(sent)
+
+
+async def test_usage_counts_tokens_that_arrived_several_to_a_chunk(
+    engine: EngineFactory, upstream: FaultUpstream
+) -> None:
+    eng = await engine(upstream.url)
+    events = await run(eng, chat("[[per_chunk=3]]", max_tokens=20))
+    assert text_of(events) == expected_text()
+    assert sum(e.tokens for e in events if isinstance(e, EngineText)) == len(PIECES)
+    assert events[-1] == EngineFinish(FinishReason.STOP, _usage(len(PIECES)))
+
+
+async def test_load_fails_clearly_when_the_upstream_is_down(engine: EngineFactory) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(EngineError, match=rf"upstream {url} unreachable: ConnectError"):
+        await engine(url)
+
+
+async def test_load_needs_a_model_the_upstream_serves(engine: EngineFactory,
+                                                      upstream: FaultUpstream) -> None:
+    with pytest.raises(EngineError, match="serves fault-model, not other"):
+        await engine(upstream.url, model="other")
+    several = FaultUpstream(extra_models=("second",)).start()
+    try:
+        with pytest.raises(EngineError, match="choose one with --model"):
+            await engine(several.url)
+        eng = await engine(several.url, model="second")
+        assert eng.info.model_id == "second"
+    finally:
+        several.stop()
+
+
+@pytest.mark.parametrize(("directive", "error", "match"), [
+    ("[[status=400]][[context]]", ContextOverflow, "maximum context length"),
+    ("[[status=400]]", BadRequest, "injected 400"),
+    ("[[status=404]]", UnknownModel, "does not exist"),
+    ("[[status=500]]", EngineError, "answered 500: injected 500"),
+])
+async def test_refusals_before_the_first_token_keep_their_meaning(
+    engine: EngineFactory, upstream: FaultUpstream, directive: str,
+    error: type[Exception], match: str,
+) -> None:
+    eng = await engine(upstream.url)
+    with pytest.raises(error, match=match) as caught:
+        await run(eng, chat(directive))
+    assert type(caught.value) is error
+
+
+async def test_429_is_overloaded_with_the_upstreams_retry_after(
+    engine: EngineFactory, upstream: FaultUpstream
+) -> None:
+    eng = await engine(upstream.url)
+    with pytest.raises(Overloaded) as caught:
+        await run(eng, chat("[[status=429]][[retry_after=7]]"))
+    assert caught.value.retry_after_ms == 7000
+
+
+@pytest.mark.parametrize(("directive", "match"), [
+    ("[[die_after=3]]", "failed mid-answer after 3 tokens: RemoteProtocolError"),
+    ("[[error_after=2]]", "failed mid-answer: injected in-band"),
+    ("[[stall_after=2]]", r"sent nothing for 0\.5 s mid-answer"),
+])
+async def test_failures_after_the_first_token_end_with_engine_error(
+    engine: EngineFactory, upstream: FaultUpstream, upstream_b: FaultUpstream,
+    directive: str, match: str,
+) -> None:
+    eng = await engine(upstream.url, upstream_b.url, idle_timeout_s=0.5)
+    texts: list[str] = []
+    with pytest.raises(EngineError, match=match):
+        async for event in eng.stream(eng.prepare(chat(directive), 64)):
+            if isinstance(event, EngineText):
+                texts.append(event.text)
+    assert "".join(texts) == expected_text(len(texts))  # no text repeated, none invented
+    assert len(upstream.bodies) + len(upstream_b.bodies) == 1  # never silently restarted
+
+
+async def test_no_first_token_in_time_is_engine_error(engine: EngineFactory,
+                                                      upstream: FaultUpstream) -> None:
+    eng = await engine(upstream.url, first_token_timeout_s=0.5)
+    with pytest.raises(EngineError, match=r"no token within the first-token timeout of 0\.5 s"):
+        await run(eng, chat("[[first_ms=5000]]"))
+    await eventually(lambda: upstream.open_streams == 0, "the slow upstream stream closed")
+
+
+async def test_closing_the_stream_closes_the_upstream_request(
+    engine: EngineFactory, upstream: FaultUpstream
+) -> None:
+    eng = await engine(upstream.url)
+    before = upstream.disconnects
+    stream = eng.stream(eng.prepare(chat("[[stall_after=2]]"), 64))
+    async for event in stream:
+        if isinstance(event, EngineText):
+            break
+    assert upstream.open_streams == 1
+    await stream.aclose()
+    await eventually(lambda: upstream.disconnects == before + 1, "the upstream saw it go")
+    assert upstream.open_streams == 0
+    assert eng.replicas[0].in_flight == 0
+
+
+async def test_cancelling_the_consumer_closes_the_upstream_request(
+    engine: EngineFactory, upstream: FaultUpstream
+) -> None:
+    eng = await engine(upstream.url)
+    got = asyncio.Event()
+
+    async def consume() -> None:
+        async for event in eng.stream(eng.prepare(chat("[[stall_after=1]]"), 64)):
+            if isinstance(event, EngineText):
+                got.set()
+
+    task = asyncio.create_task(consume())
+    await got.wait()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await eventually(lambda: upstream.open_streams == 0, "the upstream stream closed")
+    assert text_of(await run(eng, chat("again"))) == expected_text()
+
+
+# ---- replicas ---------------------------------------------------------------------------
+
+
+async def test_requests_go_to_the_least_busy_replica(
+    engine: EngineFactory, upstream: FaultUpstream, upstream_b: FaultUpstream
+) -> None:
+    eng = await engine(upstream.url, upstream_b.url)
+    streams = [eng.stream(eng.prepare(chat("[[stall_after=1]]"), 64)) for _ in range(4)]
+    for stream in streams:  # each holds its replica until closed
+        async for event in stream:
+            if isinstance(event, EngineText):
+                break
+    assert upstream.open_streams == upstream_b.open_streams == 2
+    assert [r.in_flight for r in eng.replicas] == [2, 2]
+    for stream in streams:
+        await stream.aclose()
+    assert [r.in_flight for r in eng.replicas] == [0, 0]
+
+
+@pytest.mark.parametrize("fault", ["[[status=500]]", "[[status=503]]", "[[status=429]]",
+                                   "[[die_after=0]]", "[[error_after=0]]", "[[first_ms=3000]]"])
+async def test_a_failure_before_the_first_token_moves_to_the_next_replica(
+    engine: EngineFactory, upstream: FaultUpstream, upstream_b: FaultUpstream, fault: str
+) -> None:
+    eng = await engine(upstream.url, upstream_b.url, first_token_timeout_s=1.0)
+    upstream.defaults = {m[1]: int(m[2] or 0) for m in _DIRECTIVE.finditer(fault)}
+    eng._turn = 0  # the first try goes to replica a
+    events = await run(eng, chat("hi"))
+    assert text_of(events) == expected_text()
+    assert len(upstream.bodies) == len(upstream_b.bodies) == 1
+
+
+async def test_a_replica_that_is_down_is_skipped_and_comes_back(
+    engine: EngineFactory, upstream: FaultUpstream, upstream_b: FaultUpstream
+) -> None:
+    eng = await engine(upstream.url, upstream_b.url)
+    upstream.health_status = 503
+    await eventually(lambda: not eng.replicas[0].healthy, "replica a marked down")
+    assert eng.healthy()
+    for _ in range(3):
+        assert text_of(await run(eng, chat("hi"))) == expected_text()
+    assert not upstream.bodies and len(upstream_b.bodies) == 3
+    upstream_b.health_status = 503
+    await eventually(lambda: not eng.healthy(), "no replica healthy")
+    with pytest.raises(EngineUnavailable, match="no healthy upstream"):
+        await run(eng, chat("hi"))
+    upstream.health_status = 200
+    await eventually(eng.healthy, "replica a healthy again")
+    assert text_of(await run(eng, chat("hi"))) == expected_text()
+
+
+async def test_every_replica_failing_is_one_clear_error(
+    engine: EngineFactory, upstream: FaultUpstream, upstream_b: FaultUpstream
+) -> None:
+    eng = await engine(upstream.url, upstream_b.url)
+    upstream.defaults = upstream_b.defaults = {"status": 500}
+    with pytest.raises(EngineError, match=r"every upstream failed: .*500.*; .*500"):
+        await run(eng, chat("hi"))
+    upstream.defaults = upstream_b.defaults = {"status": 429, "retry_after": 3}
+    with pytest.raises(Overloaded) as caught:
+        await run(eng, chat("hi"))
+    assert caught.value.retry_after_ms == 3000
+
+
+def test_prepare_refuses_only_what_is_sure_without_a_tokenizer() -> None:
+    eng = OpenAIEngine(["http://127.0.0.1:9"], context_tokens=100)
+    prepared = eng.prepare(chat("word " * 1000), 64)  # the upstream judges the prompt
+    assert isinstance(prepared, PreparedRequest) and prepared.prompt_tokens == 0
+    assert prepared.max_tokens == 64
+    with pytest.raises(ContextOverflow):
+        eng.prepare(chat("hi", max_tokens=100), 64)
+
+
+# ---- through a tokenpipe server: every frame of the protocol ----------------------------
+
+
+@pytest.fixture(scope="module")
+def fake_upstream() -> Iterator[ServerProcess]:
+    server = ServerProcess(("--engine", "fake", "--max-streams-per-connection", "8"))
+    server.wait_ready()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def proxy(fake_upstream: ServerProcess) -> Iterator[ServerProcess]:
+    server = ServerProcess(("--engine", "openai", "--upstream", fake_upstream.url,
+                            "--parallel", "2", "--max-streams-per-connection", "8",
+                            "--upstream-idle-timeout-s", "2"))
+    server.wait_ready()
+    yield server
+    server.stop()
+
+
+async def test_proxy_streams_what_the_upstream_streams(
+    proxy: ServerProcess, fake_upstream: ServerProcess
+) -> None:
+    async with httpx.AsyncClient() as http:
+        models = (await http.get(proxy.url + "/v1/models")).json()
+    assert [m["id"] for m in models["data"]] == ["fake"]
+    async with Client(proxy.ws_url) as via, Client(fake_upstream.ws_url) as direct:
+        a = await via.generate([{"role": "user", "content": "hello"}],
+                               params={"max_tokens": 500})
+        b = await direct.generate([{"role": "user", "content": "hello"}],
+                                  params={"max_tokens": 500})
+        assert await a.collect() == await b.collect() == SCRIPT
+    assert a.start is not None and a.start["prompt_tokens"] is None
+    assert a.end is not None and b.end is not None
+    assert a.end["usage"] == b.end["usage"]  # the upstream's count, prompt included
+    assert a.end["finish_reason"] == "stop"
+    assert [d["seq"] for d in a.deltas] == list(range(len(a.deltas)))
+    assert all(d["text"] and "\ufffd" not in d["text"] for d in a.deltas)
+
+
+async def test_proxy_multiplexes_applies_stop_and_queues(proxy: ServerProcess) -> None:
+    async with Client(proxy.ws_url) as client:
+        gens = [await client.generate(
+            [{"role": "user", "content": f"[[echo]][[pace_ms=20]] {i} ünï 🎉"}],
+            params={"max_tokens": 50}) for i in range(4)]
+        texts = await asyncio.gather(*(g.collect() for g in gens))
+        assert texts == [f"{i} ünï 🎉" for i in range(4)]
+        assert any(g.queued for g in gens[2:])  # --parallel 2: the rest waited, in order
+        stop = await client.generate([{"role": "user", "content": "hi"}],
+                                     params={"max_tokens": 200, "stop": ["streamed"]})
+        assert await stop.collect() == "Hello! Here is a "
+        assert stop.end is not None and stop.end["finish_reason"] == "stop"
+
+
+async def test_proxy_reports_an_upstream_fault_mid_answer(proxy: ServerProcess) -> None:
+    async with Client(proxy.ws_url) as client:
+        gen = await client.generate([{"role": "user", "content": "[[fail_after=5]]"}])
+        with pytest.raises(ServerError) as caught:
+            await gen.collect()
+        assert caught.value.code == "engine_error"
+        assert gen.text == SCRIPT[: len(gen.text)] and gen.text
+        before = await client.generate([{"role": "user", "content": "[[fail_after=0]]"}])
+        with pytest.raises(ServerError) as caught:
+            await before.collect()
+        assert caught.value.code == "engine_error" and not before.deltas
+        ok = await client.generate([{"role": "user", "content": "[[tokens=4]]"}])
+        assert await ok.collect() == "Hello! "  # the fake's tokens are 1 to 3 bytes
+        assert ok.end is not None and ok.end["usage"]["completion_tokens"] == 4
+
+
+async def test_proxy_openai_api_and_resume(proxy: ServerProcess) -> None:
+    async with httpx.AsyncClient(base_url=proxy.url) as http:
+        answer = (await http.post("/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "[[echo]] via http"}],
+            "temperature": 0})).json()
+    assert answer["choices"][0]["message"]["content"] == "via http"
+    assert answer["usage"]["prompt_tokens"] > 0
+    async with Client(proxy.ws_url) as first:
+        gen = await first.generate([{"role": "user", "content": "[[pace_ms=20]]"}],
+                                   resumable=True, params={"max_tokens": 40})
+        async for _ in gen:
+            if len(gen.deltas) >= 2:
+                break
+        assert gen.start is not None
+        token, seen = gen.start["stream"], gen.deltas[-1]["seq"]
+    async with Client(proxy.ws_url) as second:
+        resumed = await second.resume(token, seen, "again")
+        rest = await resumed.collect()
+    text = "".join(d["text"] for d in gen.deltas) + rest
+    assert SCRIPT.startswith(text) and len(text) > 40
+    assert resumed.end is not None and resumed.end["finish_reason"] == "length"
+    assert resumed.end["usage"]["completion_tokens"] == 40
+
+
+async def test_proxy_cancel_closes_the_upstream_request(
+    upstream: FaultUpstream, live_server: Callable[..., str], fresh: None
+) -> None:
+    url = live_server("--engine", "openai", "--upstream", upstream.url)
+    async with Client(url.replace("http", "ws") + "/ws") as client:
+        gen = await client.generate([{"role": "user", "content": "[[stall_after=2]]"}])
+        async for _ in gen:
+            break
+        assert upstream.open_streams == 1
+        await gen.cancel()
+        await gen.collect()
+        assert gen.end is not None and gen.end["finish_reason"] == "cancelled"
+        await eventually(lambda: upstream.open_streams == 0, "the upstream request closed")
+        gen = await client.generate([{"role": "user", "content": "[[status=429]]"
+                                                                 "[[retry_after=4]]"}])
+        with pytest.raises(ServerError) as caught:
+            await gen.collect()
+        assert caught.value.code == "overloaded"
+        assert caught.value.frame["retry_after_ms"] == 4000
+
+
+def test_proxy_health_follows_the_upstream(upstream: FaultUpstream, fresh: None) -> None:
+    down = ServerProcess(("--engine", "openai", "--upstream", f"http://127.0.0.1:{free_port()}"))
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                health = httpx.get(down.url + "/health", timeout=2)
+                if health.json().get("status") == "error":
+                    break
+            assert time.monotonic() < deadline, down.log()
+            time.sleep(0.1)
+        assert health.status_code == 503
+        assert "unreachable" in health.json()["error"]
+    finally:
+        down.stop()
+    proxy = ServerProcess(("--engine", "openai", "--upstream", upstream.url))
+    try:
+        proxy.wait_ready()
+        upstream.health_status = 503
+        deadline = time.monotonic() + 30
+        while httpx.get(proxy.url + "/health").status_code != 503:
+            assert time.monotonic() < deadline, "the proxy never noticed"
+            time.sleep(0.1)
+    finally:
+        proxy.stop()

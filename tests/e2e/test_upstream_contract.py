@@ -1,0 +1,101 @@
+"""The shared engine contract (tests/test_engine_contract.py) run on the openai engine, with
+a real tokenpipe server as its upstream: on the fake engine, and on the real model.
+
+Two clauses read differently for an engine without a tokenizer, and only those two are
+adapted here: the prompt's token count arrives with the finish (EngineStart says None), and
+a prompt too long for the context is refused by the upstream when the stream starts, not
+by prepare().
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+import tests.test_engine_contract as contract
+from tests.conftest import ServerProcess
+from tests.test_engine_contract import (
+    chat,
+    test_cancelling_the_consumer_task_stops_the_stream,
+    test_closing_the_stream_early_leaves_the_engine_usable,
+    test_concurrent_streams_all_finish,
+    test_greedy_is_deterministic,
+    test_max_tokens_gives_length,
+    test_raw_prompt_completion,
+    test_seeded_sampling_is_reproducible,
+    test_stream_has_start_text_finish_and_usage,
+)
+from tokenpipe.engines.base import Engine
+from tokenpipe.engines.openai import OpenAIEngine
+from tokenpipe.errors import ContextOverflow
+from tokenpipe.types import EngineFinish, EngineStart, EngineText, GenerationRequest
+
+pytestmark = pytest.mark.e2e
+
+__all__ = [  # the contract's own tests, collected here with this module's `engine`
+    "test_cancelling_the_consumer_task_stops_the_stream",
+    "test_closing_the_stream_early_leaves_the_engine_usable",
+    "test_concurrent_streams_all_finish",
+    "test_greedy_is_deterministic",
+    "test_max_tokens_gives_length",
+    "test_raw_prompt_completion",
+    "test_seeded_sampling_is_reproducible",
+    "test_stream_has_start_text_finish_and_usage",
+]
+
+CONTEXT = 4096
+UPSTREAMS = {
+    "fake": ("--engine", "fake"),
+    "llamacpp": ("--threads", "2"),
+}
+
+
+@pytest.fixture(scope="module", params=[
+    "fake", pytest.param("llamacpp", marks=pytest.mark.model)])
+def upstream_server(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
+    if request.param == "llamacpp" and not os.environ.get("CI"):
+        pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
+    server = ServerProcess((*UPSTREAMS[request.param], "--ctx-size", str(CONTEXT * 2),
+                            "--parallel", "2"))
+    server.wait_ready()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def engine(upstream_server: ServerProcess) -> AsyncIterator[Engine]:
+    # Built in the test's own event loop: its HTTP connections belong to that loop.
+    eng = OpenAIEngine([upstream_server.url], context_tokens=CONTEXT, parallel=2)
+    await eng.load()
+    yield eng
+    await eng.aclose()
+
+
+async def run_counted_upstream(engine: Engine, request: GenerationRequest
+                               ) -> tuple[str, EngineFinish, int]:
+    """The contract's run(), for an engine whose prompt is counted by its upstream."""
+    prepared = engine.prepare(request, 64)
+    events = [e async for e in engine.stream(prepared)]
+    assert events[0] == EngineStart(None)
+    assert isinstance(events[-1], EngineFinish)
+    assert all(isinstance(e, EngineText) for e in events[1:-1])
+    text = "".join(e.text for e in events[1:-1] if isinstance(e, EngineText))
+    assert "\ufffd" not in text
+    prompt_tokens = events[-1].usage.prompt_tokens
+    assert prompt_tokens > 0
+    return text, events[-1], prompt_tokens
+
+
+@pytest.fixture(autouse=True)
+def _upstream_counts_the_prompt(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(contract, "run", run_counted_upstream)
+
+
+async def test_context_overflow_is_refused(engine: Engine) -> None:
+    with pytest.raises(ContextOverflow):
+        engine.prepare(chat("word " * 10, max_tokens=CONTEXT), 64)
+    too_long = engine.prepare(GenerationRequest(prompt="word " * (CONTEXT + 10)), 64)
+    with pytest.raises(ContextOverflow):
+        await run_counted_upstream(engine, too_long.request)
