@@ -29,9 +29,9 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     WithJsonSchema,
     field_validator,
-    SerializerFunctionWrapHandler,
     model_serializer,
     model_validator,
 )

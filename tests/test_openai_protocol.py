@@ -1,0 +1,354 @@
+"""The OpenAI wire models, their errors, SSE encoding, and SessionResponse driven through raw
+ASGI receive/send (STYLE.md item 11): headers, pings, failures and disconnects, in-process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from tokenpipe.engines.fake import FakeEngine
+from tokenpipe.errors import ContextOverflow, Overloaded
+from tokenpipe.protocol.openai import (
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChunkChoice,
+    ChunkDelta,
+    CompletionRequest,
+    error_body,
+    param_name,
+    sse_comment,
+    sse_data,
+    validation_error,
+)
+from tokenpipe.scheduler import Scheduler
+from tokenpipe.server.openai_serving import ChatRender, CompletionRender, SessionResponse
+from tokenpipe.session import Finished
+from tokenpipe.types import FinishReason, GenerationRequest, Message, SamplingParams
+
+USER = [{"role": "user", "content": "hi"}]
+
+
+def chat(**fields: Any) -> ChatCompletionRequest:
+    return ChatCompletionRequest.model_validate({"messages": USER, **fields})
+
+
+def refusal(model: type[Any], body: dict[str, Any]) -> tuple[str | None, str | None, str]:
+    with pytest.raises(ValidationError) as info:
+        model.model_validate(body)
+    err = validation_error(info.value.errors())
+    assert err.status == 400 and err.openai_type == "invalid_request_error"
+    return err.param, err.openai_code, err.message
+
+
+# ---- requests -------------------------------------------------------------------------
+
+
+def test_chat_request_maps_every_parameter() -> None:
+    req = chat(temperature=0.5, top_p=0.9, top_k=40, min_p=0.05, repetition_penalty=1.1,
+               presence_penalty=0.5, frequency_penalty=-0.5, seed=7, stop="END",
+               max_completion_tokens=12, model="m", n=1)
+    assert req.to_request() == GenerationRequest(
+        messages=(Message("user", "hi"),), model="m",
+        params=SamplingParams(max_tokens=12, temperature=0.5, top_p=0.9, top_k=40, min_p=0.05,
+                              repetition_penalty=1.1, presence_penalty=0.5,
+                              frequency_penalty=-0.5, seed=7, stop=("END",)))
+    assert req.max_tokens_param == "max_completion_tokens"
+
+
+def test_defaults_are_openais() -> None:
+    params = chat().to_request().params
+    assert params.temperature == 1.0 and params.max_tokens is None and params.stop == ()
+    assert CompletionRequest.model_validate({"prompt": "x"}).to_request().params.max_tokens == 16
+    assert chat(top_k=-1).to_request().params.top_k == 0  # vLLM's "off"
+
+
+def test_messages_developer_role_and_text_parts() -> None:
+    req = ChatCompletionRequest.model_validate({"messages": [
+        {"role": "developer", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+         "name": "ann"}]})
+    assert req.to_request().messages == (Message("system", "be brief"), Message("user", "a\nb"))
+
+
+def test_neutral_values_and_harmless_fields_pass() -> None:
+    req = chat(tools=[], tool_choice="none", logprobs=False, top_logprobs=0, n=1,
+               response_format={"type": "text"}, modalities=["text"], logit_bias={},
+               user="u", metadata={"k": "v"}, store=False, service_tier="auto",
+               parallel_tool_calls=True, prompt_cache_key="c", safety_identifier="s",
+               stream=True, stream_options={"include_usage": True, "include_obfuscation": False})
+    assert req.include_usage
+    CompletionRequest.model_validate({"prompt": ["one"], "echo": False, "best_of": 1,
+                                      "suffix": None})
+
+
+@pytest.mark.parametrize(("body", "param", "code"), [
+    ({"messages": USER, "temperature": 2.5}, "temperature", "decimal_above_max_value"),
+    ({"messages": USER, "temperature": "hot"}, "temperature", "invalid_type"),
+    ({"messages": USER, "top_p": -0.1}, "top_p", "decimal_below_min_value"),
+    ({"messages": USER, "max_tokens": 0}, "max_tokens", "integer_below_min_value"),
+    ({"messages": USER, "max_tokens": 1.5}, "max_tokens", "invalid_type"),
+    ({"messages": USER, "max_tokens": True}, "max_tokens", "invalid_type"),
+    ({"messages": USER, "presence_penalty": 3}, "presence_penalty", "decimal_above_max_value"),
+    ({"messages": USER, "seed": "1"}, "seed", "invalid_type"),
+    ({"messages": USER, "stop": 3}, "stop", "invalid_type"),
+    ({"messages": USER, "stop": [""]}, "stop[0]", "invalid_value"),
+    ({"messages": USER, "stop": ["x"] * 17}, "stop", "invalid_value"),
+    ({"messages": USER, "n": 0}, "n", "integer_below_min_value"),
+    ({"messages": USER, "n": 2}, "n", "unsupported_value"),
+    ({"messages": USER, "tools": [{"type": "function"}]}, "tools", "unsupported_parameter"),
+    ({"messages": USER, "tool_choice": "auto"}, "tool_choice", "unsupported_parameter"),
+    ({"messages": USER, "functions": [{"name": "f"}]}, "functions", "unsupported_parameter"),
+    ({"messages": USER, "logprobs": True}, "logprobs", "unsupported_parameter"),
+    ({"messages": USER, "top_logprobs": 3}, "top_logprobs", "unsupported_parameter"),
+    ({"messages": USER, "logit_bias": {"1": 5}}, "logit_bias", "unsupported_parameter"),
+    ({"messages": USER, "response_format": {"type": "json_object"}}, "response_format",
+     "unsupported_value"),
+    ({"messages": USER, "audio": {"voice": "x"}}, "audio", "unsupported_parameter"),
+    ({"messages": USER, "modalities": ["text", "audio"]}, "modalities", "unsupported_value"),
+    ({"messages": USER, "reasoning_effort": "low"}, "reasoning_effort", "unsupported_parameter"),
+    ({"messages": USER, "frobnicate": 1}, "frobnicate", "unknown_parameter"),
+    ({"messages": USER, "min_tokens": 3}, "min_tokens", "unknown_parameter"),
+    ({"messages": USER, "stream_options": {"include_usage": True}}, "stream_options",
+     "invalid_value"),
+    ({"messages": USER, "stream": True, "stream_options": {"bogus": 1}},
+     "stream_options.bogus", "unknown_parameter"),
+    ({"messages": USER, "max_tokens": 5, "max_completion_tokens": 6},
+     "max_completion_tokens", "invalid_value"),
+    ({}, "messages", "missing_required_parameter"),
+    ({"messages": []}, "messages", "invalid_value"),
+    ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role", "invalid_value"),
+    ({"messages": [{"role": "user"}]}, "messages[0].content", "missing_required_parameter"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+     "messages[0].content", "unsupported_value"),
+    ({"messages": [{"role": "assistant", "content": "", "tool_calls": [{"id": "1"}]}]},
+     "messages[0].tool_calls", "unsupported_parameter"),
+])
+def test_chat_refusals_name_the_param(body: dict[str, Any], param: str, code: str) -> None:
+    assert refusal(ChatCompletionRequest, body)[:2] == (param, code)
+
+
+@pytest.mark.parametrize(("body", "param", "code"), [
+    ({"prompt": ["a", "b"]}, "prompt", "unsupported_value"),
+    ({"prompt": [1, 2, 3]}, "prompt", "unsupported_value"),
+    ({"prompt": "x", "echo": True}, "echo", "unsupported_parameter"),
+    ({"prompt": "x", "suffix": "tail"}, "suffix", "unsupported_parameter"),
+    ({"prompt": "x", "best_of": 3}, "best_of", "unsupported_parameter"),
+    ({"prompt": "x", "logprobs": 1}, "logprobs", "unsupported_parameter"),
+    ({"prompt": "x", "messages": USER}, "messages", "unknown_parameter"),
+    ({}, "prompt", "missing_required_parameter"),
+])
+def test_completion_refusals_name_the_param(body: dict[str, Any], param: str, code: str) -> None:
+    assert refusal(CompletionRequest, body)[:2] == (param, code)
+
+
+def test_error_messages_read_like_openais() -> None:
+    assert refusal(ChatCompletionRequest, {"messages": USER, "x": 1})[2] == (
+        "Unrecognized request argument supplied: x")
+    assert refusal(ChatCompletionRequest, {})[2] == "Missing required parameter: 'messages'."
+    assert "temperature" in refusal(ChatCompletionRequest, {"messages": USER,
+                                                            "temperature": 9})[2]
+
+
+def test_param_names_follow_openai() -> None:
+    assert param_name(("messages", 0, "content")) == "messages[0].content"
+    assert param_name(()) is None
+
+
+def test_error_body_maps_codes_and_keeps_messages() -> None:
+    exc = ContextOverflow("prompt (9 tokens) plus max_tokens (9000) exceeds", param="max_tokens")
+    assert error_body(exc) == {"error": {
+        "message": "prompt (9 tokens) plus max_tokens (9000) exceeds",
+        "type": "invalid_request_error", "param": "max_tokens",
+        "code": "context_length_exceeded"}}
+    assert error_body(Overloaded("busy"))["error"]["type"] == "rate_limit_error"
+
+
+# ---- SSE encoding -----------------------------------------------------------------------
+
+
+def test_sse_events_are_one_line_each() -> None:
+    event = sse_data({"text": "a\nb\r\n\u2028ü"})
+    assert event.startswith(b"data: ") and event.endswith(b"\n\n")
+    assert event.count(b"\n") == 2
+    assert json.loads(event[6:]) == {"text": "a\nb\r\n\u2028ü"}
+    assert sse_comment("queued\nposition=1") == b": queued position=1\n\n"
+
+
+def test_chunk_delta_sends_only_what_changed() -> None:
+    def choice(delta: ChunkDelta, reason: Any = None) -> dict[str, Any]:
+        chunk = ChatCompletionChunk(id="c", created=1, model="m",
+                                    choices=[ChunkChoice(delta=delta, finish_reason=reason)])
+        result: dict[str, Any] = json.loads(sse_data(chunk)[6:])["choices"][0]
+        return result
+
+    assert choice(ChunkDelta(role="assistant", content=""))["delta"] == {
+        "role": "assistant", "content": ""}
+    assert choice(ChunkDelta(content="x"))["delta"] == {"content": "x"}
+    last = choice(ChunkDelta(), "stop")
+    assert last == {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}
+
+
+# ---- SessionResponse through raw ASGI messages -------------------------------------------
+
+
+class Asgi:
+    """receive/send of one HTTP request: the test injects http.disconnect when it likes."""
+
+    def __init__(self) -> None:
+        self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.sent: list[tuple[float, dict[str, Any]]] = []
+        self.on_send: Any = None
+
+    async def receive(self) -> dict[str, Any]:
+        return await self.inbox.get()
+
+    async def send(self, message: Any) -> None:
+        self.sent.append((time.monotonic(), message))
+        if self.on_send is not None:
+            self.on_send(message)
+
+    def disconnect(self) -> None:
+        self.inbox.put_nowait({"type": "http.disconnect"})
+
+    @property
+    def start(self) -> dict[str, Any]:
+        return self.sent[0][1]
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(m.get("body", b"") for _, m in self.sent[1:])
+
+    def data(self) -> list[Any]:
+        lines = [ln[6:] for ln in self.body.decode().split("\n") if ln.startswith("data: ")]
+        return [ln if ln == "[DONE]" else json.loads(ln) for ln in lines]
+
+
+async def serve(scheduler: Scheduler, text: str, *, stream: bool = True,
+                max_tokens: int | None = None, ping_s: float = 15.0,
+                include_usage: bool = False, asgi: Asgi | None = None,
+                chat_api: bool = True, session: Any = None) -> tuple[Asgi, Any]:
+    """Submits `text` (unless a session is given) and runs its response to the end."""
+    session = session or scheduler.submit(GenerationRequest(
+        messages=(Message("user", text),), params=SamplingParams(max_tokens=max_tokens)))
+    asgi = asgi or Asgi()
+    render = ChatRender("fake") if chat_api else CompletionRender("fake")
+    response = SessionResponse(session, render, stream=stream, include_usage=include_usage,
+                               ping_s=ping_s)
+    await asyncio.wait_for(response({"type": "http"}, asgi.receive, asgi.send), 30)
+    return asgi, session
+
+
+@pytest.fixture
+def scheduler() -> Scheduler:
+    return Scheduler(FakeEngine())
+
+
+async def test_stream_role_first_then_text_then_finish_usage_done(scheduler: Scheduler) -> None:
+    asgi, session = await serve(scheduler, "[[echo]] héllo wörld", include_usage=True)
+    assert asgi.start["status"] == 200
+    assert dict(asgi.start["headers"])[b"content-type"] == b"text/event-stream"
+    events = asgi.data()
+    assert events[-1] == "[DONE]"
+    chunks = events[:-1]
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[:-1]) == (
+        "héllo wörld")
+    assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == (
+        session.completion_tokens)
+    assert len({c["id"] for c in chunks}) == 1
+    assert asgi.sent[-1][1]["more_body"] is False
+
+
+async def test_completion_stream_has_text_chunks(scheduler: Scheduler) -> None:
+    asgi, _ = await serve(scheduler, "[[echo]] abc", chat_api=False)
+    chunks = asgi.data()[:-1]
+    assert all(c["object"] == "text_completion" for c in chunks)
+    assert "".join(c["choices"][0]["text"] for c in chunks) == "abc"
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+async def test_failure_before_first_token_is_an_http_status(scheduler: Scheduler) -> None:
+    asgi, _ = await serve(scheduler, "[[fail_after=0]]")
+    assert asgi.start["status"] == 500
+    assert json.loads(asgi.body)["error"]["code"] == "engine_error"
+
+
+async def test_failure_after_first_token_is_an_error_event_then_done(
+        scheduler: Scheduler) -> None:
+    asgi, _ = await serve(scheduler, "[[fail_after=3]][[pace_ms=5]]")
+    events = asgi.data()
+    assert asgi.start["status"] == 200
+    assert events[-2]["error"]["code"] == "engine_error" and events[-1] == "[DONE]"
+    assert all("error" not in e for e in events[:-2])
+
+
+async def test_whole_answer_matches_stream(scheduler: Scheduler) -> None:
+    whole, _ = await serve(scheduler, "[[tokens=40]]", stream=False)
+    streamed, _ = await serve(scheduler, "[[tokens=40]]", include_usage=True)
+    answer = json.loads(whole.body)
+    chunks = streamed.data()[:-1]
+    assert answer["choices"][0]["message"]["content"] == "".join(
+        c["choices"][0]["delta"].get("content", "") for c in chunks[:-1])
+    assert answer["usage"] == chunks[-1]["usage"]
+    assert answer["choices"][0]["finish_reason"] == chunks[-2]["choices"][0]["finish_reason"]
+
+
+async def test_idle_stream_gets_comment_pings(scheduler: Scheduler) -> None:
+    asgi, _ = await serve(scheduler, "[[pace_ms=150]][[tokens=2]]", ping_s=0.02)
+    assert asgi.start["status"] == 200  # a due ping commits the headers before any token
+    first_body = asgi.sent[1][1]["body"]
+    assert first_body == b": ping\n\n"
+    assert asgi.body.count(b": ping\n\n") >= 2
+    assert asgi.data()[-1] == "[DONE]"
+
+
+async def test_queued_request_hears_its_position(scheduler: Scheduler) -> None:
+    small = Scheduler(FakeEngine(max_batch=1))
+    first = small.submit(GenerationRequest(prompt="[[pace_ms=20]][[tokens=5]]"))
+    asgi, _ = await serve(small, "[[echo]] later")
+    assert first.final is not None
+    assert asgi.sent[1][1]["body"] == b": queued position=1\n\n"
+    assert asgi.data()[-1] == "[DONE]"
+
+
+async def test_disconnect_cancels_within_one_step(scheduler: Scheduler) -> None:
+    session = scheduler.submit(GenerationRequest(
+        prompt="[[pace_ms=10]][[tokens=100000]]", params=SamplingParams(max_tokens=5000)))
+    asgi = Asgi()
+    seen: list[int] = []
+
+    def on_send(message: dict[str, Any]) -> None:
+        if b'"content":"' in message.get("body", b"") and not seen:
+            seen.append(session.completion_tokens)
+            asgi.disconnect()  # the client leaves right after its first text
+
+    asgi.on_send = on_send
+    await serve(scheduler, "", asgi=asgi, session=session)
+    await asyncio.wait_for(session.done.wait(), 5)
+    assert isinstance(session.final, Finished)
+    assert session.final.reason is FinishReason.CANCELLED
+    assert session.completion_tokens <= seen[0] + 1  # at most the step already under way
+    assert scheduler.running == 0
+    assert asgi.sent[-1][1].get("more_body") is True  # no [DONE]: nobody listens
+
+
+async def test_disconnect_cancels_a_whole_answer_too(scheduler: Scheduler) -> None:
+    asgi = Asgi()
+    session = scheduler.submit(GenerationRequest(
+        prompt="[[pace_ms=10]][[tokens=100000]]", params=SamplingParams(max_tokens=5000)))
+    response = SessionResponse(session, ChatRender("fake"), stream=False)
+    task = asyncio.create_task(response({"type": "http"}, asgi.receive, asgi.send))
+    while session.completion_tokens < 3:  # noqa: ASYNC110 - the session has no such event
+        await asyncio.sleep(0.005)
+    asgi.disconnect()
+    await asyncio.wait_for(task, 5)
+    assert isinstance(session.final, Finished)
+    assert session.final.reason is FinishReason.CANCELLED
+    assert asgi.sent == []
+    assert scheduler.running == 0
