@@ -348,6 +348,7 @@ def test_phone_layout(live_server: LiveServer, open_page: OpenPage) -> None:
     menu.click()
     expect(sidebar).to_be_visible()
     expect(menu).to_have_attribute("aria-expanded", "true")
+    page.wait_for_timeout(300)  # the drawer slides in
     shot(page, "phone-sidebar-light")
     page.keyboard.press("Escape")
     expect(sidebar).not_to_be_visible()
