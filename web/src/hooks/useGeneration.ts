@@ -1,11 +1,8 @@
-/**
- * Runs answers on a transport and feeds their events to the conversation reducer.
- * Deltas are gathered and handed to React once per animation frame: a fast model sends
- * hundreds of tokens a second, and rendering each would burn the CPU the model needs.
- */
-import { useCallback, useEffect, useRef, type Dispatch } from 'react';
+/** Runs answers on a transport and feeds their events to the conversation reducer. */
+import { useCallback, useEffect, useMemo, useRef, type Dispatch } from 'react';
 import type { EndInfo, GenerationHandle, GenerationRequest, Transport } from '../api/types';
 import type { AnswerStats, ChatAction } from '../state/conversations';
+import { DeltaBatcher } from './deltaBatcher';
 
 interface Running {
   conversationId: string;
@@ -39,25 +36,11 @@ export function statsFrom(transport: Transport['kind'], clock: Clock, now: numbe
 
 export function useGeneration(dispatch: Dispatch<ChatAction>, transport: Transport): Generation {
   const running = useRef(new Map<string, Running>());
-  const pendingText = useRef(new Map<string, { conversationId: string; text: string }>());
-  const frame = useRef<number | null>(null);
-
-  const flush = useCallback(() => {
-    frame.current = null;
-    const batch = pendingText.current;
-    if (batch.size === 0) return;
-    pendingText.current = new Map();
-    for (const [messageId, { conversationId, text }] of batch) {
-      dispatch({ type: 'answer/append', conversationId, messageId, text });
-    }
-  }, [dispatch]);
-
-  useEffect(
-    () => () => {
-      if (frame.current !== null) cancelAnimationFrame(frame.current);
-    },
-    [],
+  const batcher = useMemo(
+    () => new DeltaBatcher((conversationId, messageId, text) => dispatch({ type: 'answer/append', conversationId, messageId, text })),
+    [dispatch],
   );
+  useEffect(() => () => batcher.dispose(), [batcher]);
 
   const start = useCallback(
     (conversationId: string, messageId: string, request: GenerationRequest) => {
@@ -66,7 +49,7 @@ export function useGeneration(dispatch: Dispatch<ChatAction>, transport: Transpo
       const kind = transport.kind;
       const settle = (action: ChatAction) => {
         running.current.delete(messageId);
-        flush(); // the text that arrived before the end goes in before the end
+        batcher.flush(); // the text that arrived before the end goes in before the end
         dispatch(action);
       };
       const handle = transport.generate(request, {
@@ -74,10 +57,7 @@ export function useGeneration(dispatch: Dispatch<ChatAction>, transport: Transpo
         onStart: (info) => dispatch({ type: 'answer/started', ...ref, model: info.model }),
         onDelta: (text) => {
           clock.firstTokenAt ??= performance.now();
-          const pending = pendingText.current.get(messageId);
-          if (pending) pending.text += text;
-          else pendingText.current.set(messageId, { conversationId, text });
-          frame.current ??= requestAnimationFrame(flush);
+          batcher.add(conversationId, messageId, text);
         },
         onEnd: (end) =>
           settle({ type: 'answer/finished', ...ref, finishReason: end.finishReason, stats: statsFrom(kind, clock, performance.now(), end) }),
@@ -86,7 +66,7 @@ export function useGeneration(dispatch: Dispatch<ChatAction>, transport: Transpo
       });
       running.current.set(messageId, { conversationId, handle });
     },
-    [dispatch, flush, transport],
+    [batcher, dispatch, transport],
   );
 
   const stop = useCallback((messageId: string) => running.current.get(messageId)?.handle.cancel(), []);

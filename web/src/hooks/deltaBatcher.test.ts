@@ -1,0 +1,72 @@
+import { describe, expect, it } from 'vitest';
+import { DeltaBatcher, type FrameScheduler } from './deltaBatcher';
+
+/** Frames that run only when the test says so. */
+function manualFrames(): FrameScheduler & { run(): void; waiting(): number } {
+  let next = 1;
+  const callbacks = new Map<number, () => void>();
+  return {
+    request(callback) {
+      callbacks.set(next, callback);
+      return next++;
+    },
+    cancel(handle) {
+      callbacks.delete(handle);
+    },
+    run() {
+      const due = [...callbacks.values()];
+      callbacks.clear();
+      for (const callback of due) callback();
+    },
+    waiting: () => callbacks.size,
+  };
+}
+
+describe('DeltaBatcher', () => {
+  it('delivers all deltas of a frame as one update per answer, in order', () => {
+    const frames = manualFrames();
+    const delivered: string[] = [];
+    const batcher = new DeltaBatcher((c, m, text) => delivered.push(`${c}/${m}:${text}`), frames);
+    for (const piece of ['Hel', 'lo', ' wor', 'ld']) batcher.add('c1', 'a1', piece);
+    batcher.add('c2', 'a2', 'other');
+    expect(delivered).toEqual([]);
+    expect(frames.waiting()).toBe(1);
+    frames.run();
+    expect(delivered).toEqual(['c1/a1:Hello world', 'c2/a2:other']);
+    frames.run();
+    expect(delivered).toHaveLength(2);
+  });
+
+  it('asks for the next frame only when new text comes', () => {
+    const frames = manualFrames();
+    const delivered: string[] = [];
+    const batcher = new DeltaBatcher((_c, _m, text) => delivered.push(text), frames);
+    batcher.add('c', 'a', 'x');
+    frames.run();
+    expect(frames.waiting()).toBe(0);
+    batcher.add('c', 'a', 'y');
+    expect(frames.waiting()).toBe(1);
+    frames.run();
+    expect(delivered).toEqual(['x', 'y']);
+  });
+
+  it('flushes at once when asked, and the pending frame then has nothing to do', () => {
+    const frames = manualFrames();
+    const delivered: string[] = [];
+    const batcher = new DeltaBatcher((_c, _m, text) => delivered.push(text), frames);
+    batcher.add('c', 'a', 'last words');
+    batcher.flush();
+    expect(delivered).toEqual(['last words']);
+    expect(frames.waiting()).toBe(0);
+  });
+
+  it('drops what is pending when disposed', () => {
+    const frames = manualFrames();
+    const delivered: string[] = [];
+    const batcher = new DeltaBatcher((_c, _m, text) => delivered.push(text), frames);
+    batcher.add('c', 'a', 'never');
+    batcher.dispose();
+    frames.run();
+    expect(delivered).toEqual([]);
+  });
+});
