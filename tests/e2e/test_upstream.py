@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from tests.conftest import ServerProcess, free_port
@@ -68,9 +68,11 @@ class FaultUpstream:
         error_after=N   an in-band error event after N chunks
     """
 
-    def __init__(self, model: str = "fault-model", *, extra_models: tuple[str, ...] = ()) -> None:
+    def __init__(self, model: str = "fault-model", *, extra_models: tuple[str, ...] = (),
+                 key: str | None = None) -> None:
         self.model = model
         self.extra_models = extra_models
+        self.key = key  # like vllm serve --api-key: /v1 needs it, /health does not
         self.defaults: dict[str, int] = {}
         self.health_status = 200
         self.bodies: list[dict[str, Any]] = []
@@ -103,22 +105,26 @@ class FaultUpstream:
     def _app(self) -> FastAPI:
         app = FastAPI()
 
+        def check_key(request: Request) -> None:
+            if self.key and request.headers.get("authorization") != f"Bearer {self.key}":
+                raise HTTPException(401, "Unauthorized")
+
         @app.get("/health")
         async def health() -> Response:
             return Response(status_code=self.health_status)
 
-        @app.get("/v1/models")
+        @app.get("/v1/models", dependencies=[Depends(check_key)])
         async def models() -> dict[str, Any]:
             cards = [{"id": m, "object": "model", "max_model_len": 4096}
                      for m in (self.model, *self.extra_models)]
             return {"object": "list", "data": cards}
 
-        @app.post("/v1/chat/completions")
+        @app.post("/v1/chat/completions", dependencies=[Depends(check_key)])
         async def chat(request: Request) -> Response:
             body = await request.json()
             return self._answer(body, body["messages"][-1]["content"], chat=True)
 
-        @app.post("/v1/completions")
+        @app.post("/v1/completions", dependencies=[Depends(check_key)])
         async def completions(request: Request) -> Response:
             body = await request.json()
             return self._answer(body, body["prompt"], chat=False)
@@ -486,6 +492,38 @@ async def test_every_replica_failing_is_one_clear_error(
     with pytest.raises(Overloaded) as caught:
         await run(eng, chat("hi"))
     assert caught.value.retry_after_ms == 3000
+
+
+async def test_a_replica_down_at_start_joins_once_it_serves_the_model(
+    engine: EngineFactory, upstream: FaultUpstream
+) -> None:
+    later = FaultUpstream(model="another-model")
+    try:
+        eng = await engine(upstream.url, later.url)
+        assert [r.healthy for r in eng.replicas] == [True, False]
+        assert "unreachable" in eng.replicas[1].why
+        later.start()
+        await eventually(lambda: "serves another-model, not fault-model"
+                         in eng.replicas[1].why, "replica b checked")
+        assert not eng.replicas[1].healthy  # up, but not serving our model
+        later.model = "fault-model"
+        await eventually(lambda: eng.replicas[1].healthy, "replica b joined")
+        eng._turn = 1
+        assert text_of(await run(eng, chat("hi"))) == expected_text()
+        assert later.bodies and not upstream.bodies
+    finally:
+        later.stop()
+
+
+async def test_the_upstream_key_is_sent(engine: EngineFactory) -> None:
+    locked = FaultUpstream(key="sekrit").start()
+    try:
+        with pytest.raises(EngineError, match="answered 401 to GET /v1/models"):
+            await engine(locked.url)
+        eng = await engine(locked.url, api_key="sekrit")
+        assert text_of(await run(eng, chat("hi"))) == expected_text()
+    finally:
+        locked.stop()
 
 
 def test_prepare_refuses_only_what_is_sure_without_a_tokenizer() -> None:

@@ -60,6 +60,7 @@ log = logging.getLogger("tokenpipe.openai")
 
 CONNECT_TIMEOUT_S = 5.0
 HEALTH_TIMEOUT_S = 3.0
+DRAIN_TIMEOUT_S = 1.0
 _CONTEXT_ERROR = re.compile(r"context[ _](length|size|window)|exceed_context|maximum context|"
                             r"too many tokens|prompt is too long", re.IGNORECASE)
 _FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH,
@@ -75,6 +76,7 @@ class Replica:
     why: str = "not checked yet"
     in_flight: int = 0
     health_path: str = "/health"  # falls back to /v1/models where /health is 404 (Ollama)
+    verified: bool = False  # its GET /v1/models listed our model; until then, not used
 
     def mark(self, healthy: bool, why: str = "") -> None:
         if healthy != self.healthy:
@@ -101,6 +103,7 @@ class _Progress:
     finish: str | None = None
     usage: dict[str, Any] | None = None
     done: bool = False  # data: [DONE]
+    complete: bool = False  # the answer ended well: its connection may be reused
     events: list[EngineEvent] = field(default_factory=list)
 
 
@@ -206,13 +209,8 @@ class OpenAIEngine(Engine):
         card: dict[str, Any] | None = None
         for replica, cards in answered:
             mine = [c for c in cards if c.get("id") == self.model]
-            if mine:
-                card = card or mine[0]
-                replica.mark(True)
-            else:
-                served = ", ".join(str(c.get("id")) for c in cards)
-                replica.mark(False, f"upstream {replica.base} serves {served}, "
-                                    f"not {self.model}")
+            card = card or (mine[0] if mine else None)
+            self._verify(replica, cards)
         if card is None:
             raise EngineError("; ".join(r.why for r in self.replicas))
         context = self.info.context_tokens
@@ -228,8 +226,19 @@ class OpenAIEngine(Engine):
             await asyncio.sleep(self.health_interval_s)
             await asyncio.gather(*(self._check(r) for r in self.replicas))
 
+    def _verify(self, replica: Replica, cards: list[dict[str, Any]]) -> None:
+        replica.verified = any(c.get("id") == self.model for c in cards)
+        served = ", ".join(str(c.get("id")) for c in cards) or "no model"
+        replica.mark(replica.verified, "" if replica.verified else
+                     f"upstream {replica.base} serves {served}, not {self.model}")
+
     async def _check(self, replica: Replica) -> None:
         assert self._client is not None
+        if not replica.verified:  # down at start, or serving another model: list again
+            cards = await self._list_models(replica)
+            if cards is not None:
+                self._verify(replica, cards)
+            return
         try:
             response = await self._client.get(replica.base + replica.health_path,
                                                timeout=HEALTH_TIMEOUT_S)
@@ -339,6 +348,7 @@ class OpenAIEngine(Engine):
         decoder = SSEDecoder()
         progress = _Progress()
         response: httpx.Response | None = None
+        chunks: AsyncIterator[bytes] | None = None
         try:
             # Up to the first token: nothing is passed on yet, so any failure may move on.
             try:
@@ -389,11 +399,19 @@ class OpenAIEngine(Engine):
                                       f"after {progress.texts} tokens")
                 for sse in decoder.feed(raw):
                     _handle(sse.data, progress, replica, streamed=True)
-            for event in _finish(progress, replica):
+            finished = _finish(progress, replica)
+            progress.complete = True
+            for event in finished:
                 yield event
         finally:
             if response is not None:
-                await response.aclose()  # unread: the connection closes, the upstream stops
+                if progress.complete and chunks is not None:
+                    # Read the body's end so the connection goes back to the pool.
+                    with contextlib.suppress(httpx.HTTPError, TimeoutError):
+                        async with asyncio.timeout(DRAIN_TIMEOUT_S):
+                            async for _ in chunks:
+                                pass
+                await response.aclose()  # if unread, the connection closes: upstream stops
 
 
 # ---- the upstream's answer, chunk by chunk (no I/O below) -------------------------------
@@ -456,6 +474,10 @@ def _refusal(replica: Replica, response: httpx.Response) -> Exception:
         error.retry_after_ms = _retry_after_ms(response.headers) or 1000
     if status in (502, 503, 504):
         replica.mark(False, f"upstream {replica.base} answered {status}: {message}")
+    if isinstance(error, UnknownModel):  # this replica lost the model; others may have it
+        replica.verified = False
+        replica.mark(False, f"upstream {replica.base} no longer serves the model: {message}")
+        return _Retry(error)
     return _Retry(error) if status == 429 or status >= 500 else error
 
 
