@@ -437,6 +437,7 @@ def test_api_key_goes_in_a_bearer_subprotocol(live_server: LiveServer, open_page
     key = "s3cret key/ü"
     page = open_page(live_server(*FAST, "--api-key", key))
     expect(page.locator(".connection[data-status=reconnecting]")).to_be_visible()
+    expect(page.get_by_role("status").filter(has_text="Connection lost")).to_contain_text("API key")
     page.get_by_role("button", name="Settings").click()
     page.get_by_label("API key").fill(key)
     page.keyboard.press("Escape")

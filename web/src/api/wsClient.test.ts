@@ -252,7 +252,7 @@ describe('TokenpipeSocket reconnect', () => {
     current().drop(1006);
     const state = client.connectionState;
     expect(state.status).toBe('reconnecting');
-    expect(state.status === 'reconnecting' && state.reason).toMatch(/lost/);
+    expect(state.status === 'reconnecting' && state.reason).toMatch(/could not connect.*API key/);
     vi.advanceTimersByTime(499);
     expect(sockets).toHaveLength(1);
     vi.advanceTimersByTime(1);
@@ -267,6 +267,8 @@ describe('TokenpipeSocket reconnect', () => {
     expect(sockets).toHaveLength(4);
     openWithHello(current());
     current().drop(1012);
+    const after = client.connectionState;
+    expect(after.status === 'reconnecting' && after.reason).toBe('the server is restarting');
     vi.advanceTimersByTime(500);
     expect(sockets).toHaveLength(5);
   });

@@ -58,6 +58,7 @@ interface ActiveGeneration {
   timer?: ReturnType<typeof setTimeout>;
 }
 
+const NOT_CONNECTED = 'could not connect: the server is down, or it refused this page or its API key';
 const FRAME_ONLY_ERRORS = new Set(['duplicate_id', 'unknown_id']);
 let idCounter = 0;
 
@@ -124,11 +125,16 @@ export class TokenpipeSocket implements Transport {
       return;
     }
     this.socket = socket;
-    socket.onopen = () => this.handleOpen(socket);
+    let opened = false;
+    socket.onopen = () => {
+      opened = true;
+      this.handleOpen(socket);
+    };
     socket.onmessage = (event) => {
       if (this.socket === socket && typeof event.data === 'string') this.handleFrame(event.data);
     };
-    socket.onclose = (event) => this.handleClose(socket, describeClose(event.code, event.reason));
+    // Browsers hide why a handshake failed (a refused key looks like a network error).
+    socket.onclose = (event) => this.handleClose(socket, opened ? describeClose(event.code, event.reason) : NOT_CONNECTED);
     socket.onerror = () => undefined; // a close event always follows and carries what we need
   }
 
