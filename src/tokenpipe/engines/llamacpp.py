@@ -36,11 +36,13 @@ from ..types import (
     SamplingParams,
     Usage,
 )
+from . import _ggml_threadpool
 from .base import Engine, EngineInfo, EngineOptions, PreparedRequest
 
 try:
     import llama_cpp as lc
     import numpy as np
+    from llama_cpp import _logger as llama_logger
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise MissingDependency(
@@ -51,6 +53,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 log = logging.getLogger("tokenpipe.llamacpp")
 
 PROMPT_CHUNK = 512  # prompt tokens per step while other sequences are decoding
+SHARE_MIN = 32  # copy a prompt prefix from another sequence when it saves this many tokens
 
 
 def default_model_path() -> Path:
@@ -87,6 +90,8 @@ class _Seq:
     sampler: Any = None
     decoder: Utf8Decoder = field(default_factory=Utf8Decoder)
     batch_index: int = -1  # where this step's logits for it are
+    donor: _Seq | None = None  # a running sequence whose prompt prefix this one will copy
+    share: int = 0  # how many prompt tokens it copies from the donor
 
 
 class LlamaCppEngine(Engine):
@@ -105,6 +110,8 @@ class LlamaCppEngine(Engine):
         self._thread: threading.Thread | None = None
         self._failure: str | None = None
         self._pieces: dict[int, bytes] = {}
+        self.reused_prefix_tokens = 0  # prompt tokens found in a slot's cache, not decoded
+        self.shared_prefix_tokens = 0  # prompt tokens copied from another sequence
 
     @classmethod
     def from_options(cls, options: EngineOptions) -> LlamaCppEngine:
@@ -120,6 +127,8 @@ class LlamaCppEngine(Engine):
         path = self.model_path or default_model_path()
         if not path.is_file():
             raise EngineError(f"model file not found: {path}")
+        # llama.cpp prints every tensor it loads; keep that for --log-level debug only.
+        llama_logger.set_verbose(log.isEnabledFor(logging.DEBUG))
         lc.llama_backend_init()
         mparams = lc.llama_model_default_params()
         self._model = lc.llama_model_load_from_file(str(path).encode(), mparams)
@@ -140,6 +149,7 @@ class LlamaCppEngine(Engine):
         if not self._ctx:
             raise EngineError("llama.cpp could not create a context")
         self._mem = lc.llama_get_memory(self._ctx)
+        self._threadpool = _ggml_threadpool.attach(self._ctx, threads)
         self.info = EngineInfo("llamacpp", self.info.model_id,
                                lc.llama_n_ctx_seq(self._ctx), self.parallel)
         self._n_vocab = lc.llama_vocab_n_tokens(self._vocab)
@@ -238,12 +248,22 @@ class LlamaCppEngine(Engine):
             seq.cancelled = True  # the decode thread drops it before its next step
             self._wake.set()
 
+    def forget_cache(self) -> None:
+        """Drops every slot's cached prompt (benchmarks of cold starts). Only while idle."""
+        if len(self._free) != self.parallel:
+            raise RuntimeError("forget_cache() while sequences are running")
+        for slot in range(self.parallel):
+            lc.llama_memory_seq_rm(self._mem, slot, -1, -1)
+            self._cached[slot].clear()
+
     async def aclose(self) -> None:
         self._stop = True
         self._wake.set()
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join, 10)
         if getattr(self, "_ctx", None):
+            if self._threadpool is not None:
+                self._threadpool.close()
             lc.llama_batch_free(self._batch)
             lc.llama_free(self._ctx)
             lc.llama_model_free(self._model)
@@ -263,7 +283,7 @@ class LlamaCppEngine(Engine):
                 self._drop_cancelled(waiting, active)
                 while waiting and self._free:
                     seq = waiting.popleft()
-                    self._assign(seq)
+                    self._assign(seq, active)
                     active.append(seq)
                 if not active:
                     self._wake.wait()
@@ -273,8 +293,7 @@ class LlamaCppEngine(Engine):
         except BaseException as exc:  # the context is in an unknown state: fail everything
             self._failure = f"decode thread died: {type(exc).__name__}: {exc}"
             log.exception("llama.cpp decode thread failed")
-            for seq in [*active, *waiting]:
-                self._send(seq, [EngineError(self._failure)])
+            self._send_all([(seq, [EngineError(self._failure)]) for seq in [*active, *waiting]])
 
     def _drop_cancelled(self, waiting: deque[_Seq], active: list[_Seq]) -> None:
         for seq in [s for s in waiting if s.cancelled]:
@@ -282,20 +301,49 @@ class LlamaCppEngine(Engine):
         for seq in [s for s in active if s.cancelled]:
             active.remove(seq)
             self._release(seq)
+        for seq in active:  # a donor that went away can no longer share its prefix
+            if seq.donor is not None and seq.donor not in active:
+                seq.donor, seq.share = None, 0
 
-    def _assign(self, seq: _Seq) -> None:
-        """Gives seq the free slot whose cached tokens share the longest prefix with it."""
+    def _assign(self, seq: _Seq, active: list[_Seq]) -> None:
+        """Gives seq the free slot whose cache shares the longest prefix with its prompt.
+
+        If a running sequence holds (or is about to hold) a clearly longer prefix, seq waits
+        for it and copies those cells instead of computing them again: one shared system
+        prompt is decoded once, not once per request."""
         best, best_common = self._free[0], -1
         for slot in self._free:
             common = _common_prefix(self._cached[slot], seq.prompt)
             if common > best_common:
                 best, best_common = slot, common
         self._free.remove(best)
-        common = min(best_common, len(seq.prompt) - 1)  # the last prompt token gives logits
+        limit = len(seq.prompt) - 1  # the last prompt token must be decoded for its logits
+        common = min(best_common, limit)
         lc.llama_memory_seq_rm(self._mem, best, common, -1)
         del self._cached[best][common:]
+        self.reused_prefix_tokens += common
         seq.slot, seq.n_past, seq.todo = best, common, seq.prompt[common:]
         seq.sampler = _make_sampler(seq.prepared.request.params, self._n_vocab)
+        donor, share = None, common + SHARE_MIN
+        for other in active:
+            shared = min(_common_prefix(other.prompt, seq.prompt), limit)
+            if shared >= share:
+                donor, share = other, shared
+        if donor is not None:
+            seq.donor, seq.share = donor, share
+
+    def _take_from_donor(self, seq: _Seq) -> None:
+        """Copies the donor's cells (a whole-stream copy: the only kind llama.cpp does
+        between streams), then cuts them to the shared prefix."""
+        donor = seq.donor
+        assert donor is not None
+        lc.llama_memory_seq_rm(self._mem, seq.slot, -1, -1)
+        lc.llama_memory_seq_cp(self._mem, donor.slot, seq.slot, -1, -1)
+        lc.llama_memory_seq_rm(self._mem, seq.slot, seq.share, -1)
+        self._cached[seq.slot] = self._cached[donor.slot][: seq.share]
+        self.shared_prefix_tokens += seq.share
+        seq.n_past, seq.todo = seq.share, seq.prompt[seq.share :]
+        seq.donor, seq.share = None, 0
 
     def _release(self, seq: _Seq) -> None:
         if seq.slot >= 0:
@@ -326,36 +374,41 @@ class LlamaCppEngine(Engine):
 
         for seq in active:
             seq.batch_index = -1
+            if seq.donor is not None and seq.donor.n_past >= seq.share:
+                self._take_from_donor(seq)
             if not seq.todo:
                 add(seq, seq.last, True)
         budget = self._batch_cap - n
         if n:
             budget = min(budget, PROMPT_CHUNK)
         for seq in active:  # prompts, first come first served
-            if seq.todo and budget > 0:
+            if seq.todo and seq.donor is None and budget > 0:
                 chunk, seq.todo = seq.todo[:budget], seq.todo[budget:]
                 for i, token in enumerate(chunk):
                     add(seq, token, not seq.todo and i == len(chunk) - 1)
                 budget -= len(chunk)
-        batch.n_tokens = n
-        rc = lc.llama_decode(self._ctx, batch)
-        if rc != 0:
-            error = EngineError(f"llama_decode failed with code {rc}")
-            for seq in {s for s, _ in added}:
-                lc.llama_memory_seq_rm(self._mem, seq.slot, -1, -1)
-                self._cached[seq.slot].clear()
-                active.remove(seq)
-                self._release(seq)
-                self._send(seq, [error])
-            return
-        for seq, token in added:
-            self._cached[seq.slot].append(token)
-            seq.n_past += 1
-        for seq in list(active):
-            if seq.batch_index >= 0:
-                self._sample(seq, active)
+        outbox: list[tuple[_Seq, list[EngineEvent | BaseException]]] = []
+        if n:
+            batch.n_tokens = n
+            rc = lc.llama_decode(self._ctx, batch)
+            if rc != 0:
+                error = EngineError(f"llama_decode failed with code {rc}")
+                for seq in {s for s, _ in added}:
+                    lc.llama_memory_seq_rm(self._mem, seq.slot, -1, -1)
+                    self._cached[seq.slot].clear()
+                    active.remove(seq)
+                    self._release(seq)
+                    outbox.append((seq, [error]))
+            else:
+                for seq, token in added:
+                    self._cached[seq.slot].append(token)
+                    seq.n_past += 1
+                for seq in list(active):
+                    if seq.batch_index >= 0:
+                        outbox.append((seq, self._sample(seq, active)))
+        self._send_all(outbox)
 
-    def _sample(self, seq: _Seq, active: list[_Seq]) -> None:
+    def _sample(self, seq: _Seq, active: list[_Seq]) -> list[EngineEvent | BaseException]:
         if seq.sampler is None:
             logits = lc.llama_get_logits_ith(self._ctx, seq.batch_index)
             token = int(np.argmax(np.ctypeslib.as_array(logits, shape=(self._n_vocab,))))
@@ -378,20 +431,28 @@ class LlamaCppEngine(Engine):
             active.remove(seq)
             self._release(seq)
         seq.last = token
-        self._send(seq, items)
+        return items
 
     @staticmethod
-    def _send(seq: _Seq, items: list[EngineEvent | BaseException]) -> None:
-        if items and not seq.cancelled:
+    def _send_all(outbox: list[tuple[_Seq, list[EngineEvent | BaseException]]]) -> None:
+        """One wake-up of each event loop per step, however many sequences it serves."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Any, list[Any]]]] = {}
+        for seq, items in outbox:
+            if items and not seq.cancelled:
+                by_loop.setdefault(seq.loop, []).append((seq.deliver, items))
+        for loop, batch in by_loop.items():
             try:
-                seq.loop.call_soon_threadsafe(_deliver, seq.deliver, items)
+                loop.call_soon_threadsafe(_deliver, batch)
             except RuntimeError:  # the loop is closed: nobody is listening any more
-                seq.cancelled = True
+                for seq, _ in outbox:
+                    if seq.loop is loop:
+                        seq.cancelled = True
 
 
-def _deliver(put: Any, items: list[Any]) -> None:
-    for item in items:
-        put(item)
+def _deliver(batch: list[tuple[Any, list[Any]]]) -> None:
+    for put, items in batch:
+        for item in items:
+            put(item)
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

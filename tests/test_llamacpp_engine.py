@@ -1,0 +1,62 @@
+"""What is specific to the llama.cpp engine: continuous batching and prompt-prefix reuse
+must not change what a request answers."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator
+
+import pytest
+
+if not os.environ.get("CI"):
+    pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
+
+from tokenpipe.engines.base import EngineOptions
+from tokenpipe.engines.llamacpp import LlamaCppEngine
+from tokenpipe.types import EngineText, GenerationRequest, Message, SamplingParams
+
+pytestmark = pytest.mark.model
+
+SYSTEM = ("You are a careful assistant. Answer in one short paragraph, plainly, without "
+          "lists, and never mention that you are an AI. Keep every answer under fifty words.")
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[LlamaCppEngine]:
+    eng = LlamaCppEngine(EngineOptions(context_size=4096, parallel=4, threads=2))
+    asyncio.run(eng.load())
+    yield eng
+    asyncio.run(eng.aclose())
+
+
+def ask(question: str, max_tokens: int = 24) -> GenerationRequest:
+    return GenerationRequest(
+        messages=(Message("system", SYSTEM), Message("user", question)),
+        params=SamplingParams(max_tokens=max_tokens))
+
+
+async def answer(engine: LlamaCppEngine, request: GenerationRequest) -> str:
+    prepared = engine.prepare(request, 64)
+    return "".join([e.text async for e in engine.stream(prepared) if isinstance(e, EngineText)])
+
+
+async def test_shared_system_prompt_is_decoded_once_and_answers_do_not_change(
+    engine: LlamaCppEngine,
+) -> None:
+    questions = ["What is rain?", "Why is the sky blue?", "What is a river?",
+                 "How do birds fly?"]
+    alone = [await answer(engine, ask(q)) for q in questions]
+    engine.forget_cache()  # the next four start cold, all at once
+    together = await asyncio.gather(*(answer(engine, ask(q)) for q in questions))
+    assert together == alone
+    assert engine.shared_prefix_tokens > 0  # the later three copied the system prompt
+
+
+async def test_repeated_prompt_reuses_the_slot_cache(engine: LlamaCppEngine) -> None:
+    request = ask("Name a color.", max_tokens=8)
+    first = await answer(engine, request)
+    reused_before = engine.reused_prefix_tokens
+    second = await answer(engine, request)
+    assert first == second
+    assert engine.reused_prefix_tokens - reused_before >= engine.prepare(request, 8).prompt_tokens - 1
