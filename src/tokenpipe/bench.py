@@ -27,6 +27,7 @@ class StreamResult:
     ttft: float = 0.0
     total: float = 0.0
     tokens: int = 0
+    deltas: int = 0
     gaps: list[float] = field(default_factory=list)
     error: str | None = None
 
@@ -42,6 +43,7 @@ class RunResult:
         ttfts = sorted(s.ttft for s in ok)
         gaps = sorted(g for s in ok for g in s.gaps)
         tokens = sum(s.tokens for s in ok)
+        deltas = sum(s.deltas for s in ok)
         per_stream = [s.tokens / s.total for s in ok if s.total > 0]
         return {
             "label": self.label,
@@ -55,6 +57,7 @@ class RunResult:
             "aggregate_tok_s": tokens / self.wall if self.wall else 0.0,
             "per_stream_tok_s": statistics.mean(per_stream) if per_stream else 0.0,
             "tokens": tokens,
+            "deltas_per_s": deltas / self.wall if self.wall else 0.0,
         }
 
 
@@ -85,6 +88,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--model-path", help="GGUF for --reference (default: the bundled model)")
     p.add_argument("--threads", type=int)
     p.add_argument("--json", action="store_true", help="print one JSON object per run")
+    p.add_argument("--procs", type=int, default=1,
+                   help="spread the clients over this many processes (for gateway loads)")
+    p.add_argument("--idle", type=int, metavar="N",
+                   help="open N idle connections and report the server's memory per 1,000")
     p.set_defaults(run=run)
 
 
@@ -93,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _main(args: argparse.Namespace) -> int:
+    if args.idle:
+        return await _idle(args)
     messages = [{"role": "user", "content": args.prompt}]
     results: dict[str, list[RunResult]] = {}
 
@@ -136,15 +145,67 @@ def _print(result: RunResult, as_json: bool) -> None:
           f"ttft p50 {s['ttft_p50_ms']:7.1f} p99 {s['ttft_p99_ms']:7.1f} ms | "
           f"itl p50 {s['itl_p50_ms']:6.2f} p99 {s['itl_p99_ms']:6.2f} ms | "
           f"aggregate {s['aggregate_tok_s']:7.1f} tok/s, per stream "
-          f"{s['per_stream_tok_s']:6.1f} tok/s ({s['tokens']} tokens)")
+          f"{s['per_stream_tok_s']:6.1f} tok/s ({s['tokens']} tokens, "
+          f"{s['deltas_per_s']:.0f} deltas/s)")
 
 
 async def _server_run(label: str, api: str, url: str, args: argparse.Namespace,
                       messages: list[dict[str, str]]) -> RunResult:
-    fn = _ws_stream if api == "ws" else _sse_stream
     t0 = time.perf_counter()
-    streams = await asyncio.gather(*(fn(url, args, messages) for _ in range(args.concurrency)))
+    if args.procs <= 1:
+        streams = await _streams(api, url, args, messages, args.concurrency)
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+
+        loop = asyncio.get_running_loop()
+        share = [args.concurrency // args.procs + (i < args.concurrency % args.procs)
+                 for i in range(args.procs)]
+        with ProcessPoolExecutor(args.procs) as pool:
+            parts = await asyncio.gather(*(loop.run_in_executor(
+                pool, _streams_in_process, api, url, args, messages, n) for n in share if n))
+        streams = [s for part in parts for s in part]
     return RunResult(label, list(streams), time.perf_counter() - t0)
+
+
+async def _streams(api: str, url: str, args: argparse.Namespace,
+                   messages: list[dict[str, str]], n: int) -> list[StreamResult]:
+    fn = _ws_stream if api == "ws" else _sse_stream
+    return list(await asyncio.gather(*(fn(url, args, messages) for _ in range(n))))
+
+
+def _streams_in_process(api: str, url: str, args: argparse.Namespace,
+                        messages: list[dict[str, str]], n: int) -> list[StreamResult]:
+    return asyncio.run(_streams(api, url, args, messages, n))
+
+
+async def _idle(args: argparse.Namespace) -> int:
+    """Opens N connections that only say hello, and reads the server's RSS from /metrics."""
+    import re
+
+    import httpx
+    import websockets
+
+    base = args.url.replace("ws://", "http://").replace("wss://", "https://")
+    base = base.removesuffix("/ws")
+
+    def rss() -> float:
+        text = httpx.get(base + "/metrics", timeout=10).text
+        found = re.search(r"^process_resident_memory_bytes ([0-9.e+]+)$", text, re.M)
+        return float(found.group(1)) if found else float("nan")
+
+    before = rss()
+    sockets = []
+    for _ in range(args.idle):
+        ws = await websockets.connect(args.url, subprotocols=["tokenpipe.v1"])  # type: ignore[list-item]
+        await ws.recv()
+        sockets.append(ws)
+    await asyncio.sleep(1.0)
+    after = rss()
+    await asyncio.gather(*(ws.close() for ws in sockets))
+    grown = (after - before) / 1e6
+    print(f"{args.idle} idle connections: server RSS {before / 1e6:.1f} MB -> "
+          f"{after / 1e6:.1f} MB (+{grown:.1f} MB, {grown * 1000 / args.idle:.1f} MB per 1,000)")
+    return 0
 
 
 async def _ws_stream(url: str, args: argparse.Namespace,
@@ -159,6 +220,7 @@ async def _ws_stream(url: str, args: argparse.Namespace,
             "max_tokens": args.max_tokens, "temperature": 0.0})
         try:
             async for _ in gen:
+                result.deltas += 1
                 now = time.perf_counter()
                 if result.ttft == 0.0:
                     result.ttft = now - t0
@@ -200,6 +262,7 @@ async def _sse_stream(url: str, args: argparse.Namespace,
                     result.tokens = chunk["usage"]["completion_tokens"]
                 for choice in chunk.get("choices") or []:
                     if (choice.get("delta") or {}).get("content"):
+                        result.deltas += 1
                         now = time.perf_counter()
                         if result.ttft == 0.0:
                             result.ttft = now - t0
