@@ -7,7 +7,7 @@ import dataclasses
 import sys
 from collections.abc import Sequence
 
-from .config import ENGINES, Settings
+from .config import ENGINES, Settings, parse_model_spec
 
 
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -16,7 +16,9 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--host", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8000)")
     p.add_argument("--engine", choices=sorted(ENGINES), help="engine (default llamacpp)")
-    p.add_argument("--model", help="GGUF path, HF folder or hub id (default: bundled SmolLM2)")
+    p.add_argument("--model", action="append",
+                   help="GGUF path, HF folder or hub id (default: bundled SmolLM2); or, "
+                        "repeated, NAME=[ENGINE:]SPEC for several models in one server")
     p.add_argument("--model-id", help="the model name clients see (default: from the file)")
     p.add_argument("--ctx-size", type=int, help="total context tokens (default 8192)")
     p.add_argument("--parallel", type=int, help="sequences decoded together (default 8)")
@@ -47,6 +49,15 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def settings_from_args(args: argparse.Namespace) -> Settings:
     names = {f.name for f in dataclasses.fields(Settings)}
     overrides = {k: v for k, v in vars(args).items() if k in names and v is not None}
+    models = overrides.pop("model", None) or []
+    if any("=" in m for m in models):
+        for spec in models:  # fail now, with the usage, rather than at load time
+            parse_model_spec(spec, "llamacpp")
+        overrides["models"] = tuple(models)
+    elif len(models) > 1:
+        raise ValueError("several --model values must each be NAME=[ENGINE:]SPEC")
+    elif models:
+        overrides["model"] = models[0]
     if isinstance(overrides.get("allowed_origins"), str):
         overrides["allowed_origins"] = tuple(
             s.strip() for s in overrides["allowed_origins"].split(",") if s.strip()

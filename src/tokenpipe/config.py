@@ -31,6 +31,7 @@ class Settings:
     engine: str = "llamacpp"
     model: str | None = None
     model_id: str | None = None
+    models: tuple[str, ...] = ()  # several models: NAME=[ENGINE:]SPEC each
     ctx_size: int = 8192
     parallel: int = 8
     threads: int | None = None
@@ -118,3 +119,35 @@ def engine_class(name: str) -> type[Engine]:
 
 def build_engine(settings: Settings) -> Engine:
     return engine_class(settings.engine).from_options(settings.engine_options())
+
+
+def parse_model_spec(spec: str, default_engine: str) -> tuple[str, str, str]:
+    """NAME=[ENGINE:]SPEC -> (name, engine, spec). SPEC is a path or hub id, or for the
+    openai engine the upstream base URL(s), comma-separated."""
+    name, sep, rest = spec.partition("=")
+    if not sep or not name or not rest:
+        raise ValueError(f"--model {spec!r}: expected NAME=[ENGINE:]SPEC, e.g. "
+                         "small=llamacpp:/models/a.gguf or big=openai:http://gpu:8000")
+    engine, colon, target = rest.partition(":")
+    if colon and engine in ENGINES:
+        return name, engine, target
+    return name, default_engine, rest
+
+
+def build_engines(settings: Settings) -> list[Engine]:
+    """One engine per model: --model given as NAME=SPEC (repeatable), else the single one."""
+    if not settings.models:
+        return [build_engine(settings)]
+    engines: list[Engine] = []
+    for spec in settings.models:
+        name, engine, target = parse_model_spec(spec, settings.engine)
+        base = settings.engine_options()
+        if engine == "openai":
+            options = dataclasses.replace(base, model=None, model_id=name, upstream=target)
+        else:
+            options = dataclasses.replace(base, model=target or None, model_id=name)
+        engines.append(engine_class(engine).from_options(options))
+    names = [e.info.model_id for e in engines]
+    if len(set(names)) != len(names):
+        raise ValueError(f"model names must be unique: {names}")
+    return engines

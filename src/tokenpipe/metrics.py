@@ -15,9 +15,10 @@ class Metrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
         self.active = Gauge("tokenpipe_generations_active",
-                            "Generations running on the engine", registry=r)
+                            "Generations running on the engine", ["model"], registry=r)
         self.queued = Gauge("tokenpipe_generations_queued",
-                            "Generations waiting for a place on the engine", registry=r)
+                            "Generations waiting for a place on the engine", ["model"],
+                            registry=r)
         self.ttft = Histogram("tokenpipe_time_to_first_token_seconds",
                               "From request to first text, queue time included",
                               buckets=LATENCY_BUCKETS, registry=r)

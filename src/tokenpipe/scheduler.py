@@ -39,8 +39,9 @@ class Scheduler:
         self.max_prompt_tokens = max_prompt_tokens
         self.metrics = metrics
         if metrics is not None:
-            metrics.active.set_function(lambda: self.running)
-            metrics.queued.set_function(lambda: len(self._waiting))
+            model = engine.info.model_id
+            metrics.active.labels(model).set_function(lambda: self.running)
+            metrics.queued.labels(model).set_function(lambda: len(self._waiting))
         self.running = 0
         self._waiting: deque[tuple[GenerationSession, asyncio.Future[None]]] = deque()
         self._tasks: dict[asyncio.Task[None], GenerationSession] = {}

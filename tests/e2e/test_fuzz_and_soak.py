@@ -132,7 +132,8 @@ def gauges(url: str) -> dict[str, float]:
     for name in ("process_resident_memory_bytes", "tokenpipe_threads",
                  "tokenpipe_asyncio_tasks", "tokenpipe_generations_active",
                  "tokenpipe_generations_queued"):
-        out[name] = float(re.search(rf"^{name} ([0-9.e+]+)$", text, re.M).group(1))  # type: ignore[union-attr]
+        found = re.search(rf"^{name}(?:{{[^}}]*}})? ([0-9.e+]+)$", text, re.M)
+        out[name] = float(found.group(1))  # type: ignore[union-attr]
     return out
 
 

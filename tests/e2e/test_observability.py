@@ -45,7 +45,7 @@ async def test_metrics_count_generations_tokens_errors_and_connections(
     assert metric(text, "tokenpipe_errors_total", 'code="bad_request"') == 1
     assert metric(text, "tokenpipe_time_to_first_token_seconds_count") == 2
     assert metric(text, "tokenpipe_inter_token_latency_seconds_count") > 5
-    assert "tokenpipe_generations_active 0.0" in text
+    assert 'tokenpipe_generations_active{model="fake"} 0.0' in text
 
 
 def test_health_is_public_and_ready(fake_server: ServerProcess) -> None:

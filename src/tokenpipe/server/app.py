@@ -16,7 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from fastapi.staticfiles import StaticFiles
 
 from .. import __version__
-from ..config import Settings, build_engine
+from ..config import Settings, build_engines
 from ..logs import setup_logging
 from ..engines.base import Engine
 from ..scheduler import Scheduler
@@ -82,30 +82,38 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
 async def _load(runtime: Runtime, engine: Engine | None) -> None:
     settings = runtime.settings
     try:
-        engine = engine or build_engine(settings)
-        await engine.load()
-    except asyncio.CancelledError:
-        raise
+        engines = [engine] if engine is not None else build_engines(settings)
     except Exception as exc:
         runtime.load_error = f"{type(exc).__name__}: {exc}"
-        log.error("could not load the model: %s", runtime.load_error)
+        log.error("bad model configuration: %s", runtime.load_error)
         return
-    runtime.engine = engine
-    runtime.scheduler = Scheduler(
-        engine, max_queue=settings.max_queue, default_max_tokens=settings.default_max_tokens,
-        max_prompt_tokens=settings.max_prompt_tokens, metrics=runtime.metrics,
-    )
-    log.info("ready: engine=%s model=%s context=%d batch=%d", engine.info.name,
-             engine.info.model_id, engine.info.context_tokens, engine.info.max_batch)
+    runtime.expected = len(engines)
+    results = await asyncio.gather(*(e.load() for e in engines), return_exceptions=True)
+    errors = []
+    for eng, result in zip(engines, results, strict=True):
+        if isinstance(result, asyncio.CancelledError):
+            raise result
+        if isinstance(result, BaseException):
+            errors.append(f"{eng.info.model_id}: {type(result).__name__}: {result}")
+            continue
+        runtime.schedulers[eng.info.model_id] = Scheduler(
+            eng, max_queue=settings.max_queue, default_max_tokens=settings.default_max_tokens,
+            max_prompt_tokens=settings.max_prompt_tokens, metrics=runtime.metrics,
+        )
+        log.info("ready: engine=%s model=%s context=%d batch=%d", eng.info.name,
+                 eng.info.model_id, eng.info.context_tokens, eng.info.max_batch)
+    if errors:
+        runtime.load_error = "could not load " + "; ".join(errors)
+        log.error("%s", runtime.load_error)
 
 
 async def _shutdown(runtime: Runtime) -> None:
     runtime.shutting_down = True
-    if runtime.scheduler is not None:
-        await runtime.scheduler.aclose(runtime.settings.shutdown_grace_s)
+    await asyncio.gather(*(s.aclose(runtime.settings.shutdown_grace_s)
+                           for s in runtime.schedulers.values()))
     runtime.close()
-    if runtime.engine is not None:
-        await runtime.engine.aclose()
+    for scheduler in runtime.schedulers.values():
+        await scheduler.engine.aclose()
 
 
 class DrainingServer(uvicorn.Server):

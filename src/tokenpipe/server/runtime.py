@@ -21,9 +21,9 @@ SERVER_NAME = f"tokenpipe/{__version__}"
 @dataclass
 class Runtime:
     settings: Settings
-    engine: Engine | None = None
-    scheduler: Scheduler | None = None
+    schedulers: dict[str, Scheduler] = field(default_factory=dict)  # by model name
     load_error: str | None = None
+    expected: int = 1  # models configured
     resumable: dict[str, GenerationSession] = field(default_factory=dict)
     _grace: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
     shutting_down: bool = False
@@ -33,29 +33,52 @@ class Runtime:
 
     @property
     def ready(self) -> bool:
-        return self.scheduler is not None and self.engine is not None and self.engine.healthy()
+        """Every configured model is loaded and its engine healthy."""
+        return (self.load_error is None and len(self.schedulers) == self.expected
+                and all(s.engine.healthy() for s in self.schedulers.values()))
 
-    def require(self) -> Scheduler:
-        if self.scheduler is None:
+    @property
+    def scheduler(self) -> Scheduler | None:
+        """The default model's scheduler (the first configured)."""
+        return next(iter(self.schedulers.values()), None)
+
+    @property
+    def engine(self) -> Engine | None:
+        default = self.scheduler
+        return default.engine if default is not None else None
+
+    def require(self, model: str | None = None) -> Scheduler:
+        """The scheduler serving `model` (None: the default model)."""
+        if model is not None and model in self.schedulers:
+            return self.schedulers[model]
+        if not self.schedulers:
             raise EngineUnavailable(self.load_error or "the model is still loading")
-        return self.scheduler
+        if model is None:
+            return next(iter(self.schedulers.values()))
+        raise UnknownModel(f"unknown model {model!r}; this server has {self.models}",
+                           param="model")
 
     @property
     def models(self) -> list[str]:
-        return [self.engine.info.model_id] if self.engine is not None else []
+        return list(self.schedulers)
 
     def check_model(self, model: str | None) -> None:
-        if model is not None and model not in self.models:
-            raise UnknownModel(f"unknown model {model!r}; this server has {self.models}",
-                               param="model")
+        if model is not None and self.schedulers:
+            self.require(model)
+
+    def max_tokens_for(self, model: str | None = None) -> int:
+        return self.require(model).engine.info.context_tokens - 1
 
     @property
     def max_tokens(self) -> int:
-        return self.engine.info.context_tokens - 1 if self.engine is not None else 0
+        engine = self.engine
+        return engine.info.context_tokens - 1 if engine is not None else 0
 
     def limits(self) -> dict[str, int]:
+        """The default model's limits (per-model ones come with each `start`)."""
         s = self.settings
-        context = self.engine.info.context_tokens if self.engine is not None else 0
+        engine = self.engine
+        context = engine.info.context_tokens if engine is not None else 0
         return {
             "max_message_bytes": s.max_message_bytes,
             "max_streams_per_connection": s.max_streams_per_connection,
@@ -105,8 +128,8 @@ class Runtime:
         running generations finish up to the grace deadline, fail the rest with
         shutting_down, and close every socket with 1012 once its final frames are out."""
         self.shutting_down = True
-        if self.scheduler is not None:
-            await self.scheduler.aclose(self.settings.shutdown_grace_s)
+        await asyncio.gather(*(s.aclose(self.settings.shutdown_grace_s)
+                               for s in self.schedulers.values()))
         await asyncio.gather(*(c.close_when_flushed(1012) for c in list(self.connections)),
                              return_exceptions=True)
 

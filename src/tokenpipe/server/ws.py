@@ -240,13 +240,13 @@ class JsonConnection:
             raise TooManyStreams(
                 f"at most {self.settings.max_streams_per_connection} generations per connection"
             )
-        scheduler = self.runtime.require()
-        self.runtime.check_model(frame.model)
+        scheduler = self.runtime.require(frame.model)
+        limit = scheduler.engine.info.context_tokens - 1
         max_tokens = frame.params.max_tokens
-        if max_tokens is not None and max_tokens > self.runtime.max_tokens:
+        if max_tokens is not None and max_tokens > limit:
             raise BadRequest(
                 f"field 'params.max_tokens': {max_tokens} exceeds limits.max_tokens "
-                f"({self.runtime.max_tokens})", param="params.max_tokens")
+                f"({limit})", param="params.max_tokens")
         session = scheduler.submit(frame.to_request(), resumable=frame.resumable)
         session.client_id = frame.id
         if session.resumable:
