@@ -119,7 +119,7 @@ async def _main(args: argparse.Namespace) -> int:
     if args.compare:
         targets.append(("compare", lambda: _server_run(
             "compare", "sse", args.compare, args, messages)))
-    for label, fn in targets:
+    for _label, fn in targets:
         for _ in range(args.warmup):
             await fn()
     for _ in range(args.rounds):

@@ -75,8 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tokenpipe", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
-    from .chat import add_parser as add_chat
     from .bench import add_parser as add_bench
+    from .chat import add_parser as add_chat
 
     add_chat(sub)
     add_bench(sub)

@@ -83,7 +83,7 @@ class GenerationSession:
         self._pending: list[str] = []
         self._changed = asyncio.Event()
         self._listener: Callable[[], None] | None = None
-        self._cancel: Callable[[], None] | None = None
+        self._cancel: Callable[[], object] | None = None
         self.done = asyncio.Event()
         self.client_id: str | None = None  # the id its current reader calls it by
         self.owner: object | None = None  # the connection reading it now
@@ -118,7 +118,7 @@ class GenerationSession:
             self.final = Failed(error, self.usage())
             self._end()
 
-    def bind_cancel(self, cancel: Callable[[], None]) -> None:
+    def bind_cancel(self, cancel: Callable[[], object]) -> None:
         self._cancel = cancel
 
     # ---- used by adapters ---------------------------------------------------------------

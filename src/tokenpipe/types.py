@@ -49,7 +49,7 @@ class GenerationRequest:
             raise ValueError("exactly one of messages or prompt is required")
 
 
-class FinishReason(str, enum.Enum):
+class FinishReason(enum.StrEnum):
     STOP = "stop"
     LENGTH = "length"
     CANCELLED = "cancelled"

@@ -149,7 +149,7 @@ class Client:
         params: Mapping[str, Any] | None = None,
         model: str | None = None,
         resumable: bool = False,
-        id: str | None = None,  # noqa: A002 - the protocol's field name
+        id: str | None = None,
     ) -> Generation:
         gen_id = id or f"g{next(self._ids)}"
         frame: dict[str, Any] = {"type": "generate", "id": gen_id}
@@ -168,7 +168,7 @@ class Client:
         await self.send(frame)
         return gen
 
-    async def resume(self, stream: str, after_seq: int, id: str) -> Generation:  # noqa: A002
+    async def resume(self, stream: str, after_seq: int, id: str) -> Generation:
         gen = Generation(self, id)
         self._gens[id] = gen
         await self.send({"type": "resume", "stream": stream, "after_seq": after_seq, "id": id})

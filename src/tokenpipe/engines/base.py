@@ -64,7 +64,7 @@ class Engine(abc.ABC):
     def stream(self, prepared: PreparedRequest) -> AsyncIterator[EngineEvent]:
         """EngineStart, EngineText..., then one EngineFinish."""
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 - optional: most engines free nothing
         """Frees the model. Running streams end."""
 
     def healthy(self) -> bool:

@@ -12,13 +12,13 @@ from pathlib import Path
 import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from .. import __version__
 from ..config import Settings, build_engines
-from ..logs import setup_logging
 from ..engines.base import Engine
+from ..logs import setup_logging
 from ..scheduler import Scheduler
 from .openai import router as openai_router
 from .runtime import Runtime

@@ -17,7 +17,7 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ..errors import BadRequest, DuplicateId, Moved, TokenpipeError, TooManyStreams, UnknownId
+from ..errors import BadRequest, DuplicateId, TokenpipeError, TooManyStreams, UnknownId
 from ..protocol import ws as wire
 from ..session import Cursor, Delta, Event, Failed, Finished, GenerationSession, Queued, Started
 from ..types import GenerationRequest, Message, SamplingParams
@@ -85,7 +85,7 @@ async def _race(*coros: Any) -> None:
         if not task.cancelled() and task.exception() is not None:
             exc = task.exception()
             if not isinstance(exc, WebSocketDisconnect | ConnectionError):
-                raise exc  # type: ignore[misc]
+                raise exc
 
 
 def event_frame(stream_id: str, event: Event) -> dict[str, Any]:
@@ -146,6 +146,7 @@ class JsonConnection:
         self.dirty: dict[str, None] = {}  # ordered set of stream ids with news
         self.wake = asyncio.Event()
         self.sending = False  # the writer holds frames it has taken but not yet sent
+        self.settled = asyncio.Event()  # set when the writer has nothing left to send
 
     async def run(self) -> None:
         await self.ws.accept(subprotocol=wire.PROTOCOL)
@@ -160,12 +161,13 @@ class JsonConnection:
             with contextlib.suppress(Exception):
                 await self.ws.close()
 
-    async def close_when_flushed(self, code: int, timeout: float = 5.0) -> None:
+    async def close_when_flushed(self, code: int, deadline_s: float = 5.0) -> None:
         """Closes the socket once every stream on it has sent its final frame."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                while self.streams or self.outbox or self.dirty or self.sending:
-                    await asyncio.sleep(0.01)
+        if self.streams or self.outbox or self.dirty or self.sending:
+            self.settled.clear()
+            self.wake.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.settled.wait(), deadline_s)
         with contextlib.suppress(Exception):
             await self.ws.close(code=code, reason="server shutting down")
 
@@ -311,6 +313,8 @@ class JsonConnection:
                         await self.ws.close(code=1008, reason="client too slow")
                         return
             self.sending = False
+            if not self.streams:
+                self.settled.set()
 
 
 class PlainConnection:
@@ -326,6 +330,7 @@ class PlainConnection:
         await self.ws.accept()
         self.runtime.connections.add(self)
         self.busy = False
+        self.idle = asyncio.Event()
         try:
             await _race(self._reader(), self._answer_all())
         finally:
@@ -333,11 +338,10 @@ class PlainConnection:
             with contextlib.suppress(Exception):
                 await self.ws.close()
 
-    async def close_when_flushed(self, code: int, timeout: float = 5.0) -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                while self.busy:
-                    await asyncio.sleep(0.01)
+    async def close_when_flushed(self, code: int, deadline_s: float = 5.0) -> None:
+        if self.busy:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.idle.wait(), deadline_s)
         with contextlib.suppress(Exception):
             await self.ws.close(code=code, reason="server shutting down")
 
@@ -355,10 +359,12 @@ class PlainConnection:
         while True:
             text = await self.inbox.get()
             self.busy = True
+            self.idle.clear()
             try:
                 await self._answer(text)
             finally:
                 self.busy = False
+                self.idle.set()
 
     async def _answer(self, text: str) -> None:
         session: GenerationSession | None = None
@@ -381,5 +387,3 @@ class PlainConnection:
                 session.cancel()
         await self.ws.send_text(END_TEXT)
 
-
-__all__ = ["END_TEXT", "JsonConnection", "PlainConnection", "Moved", "websocket_endpoint"]
