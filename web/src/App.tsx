@@ -177,6 +177,7 @@ export function App() {
         open={settingsOpen}
         settings={settings}
         maxTokensLimit={hello?.limits?.max_tokens}
+        defaultMaxTokens={hello?.limits?.default_max_tokens}
         onChange={updateSettings}
         onClose={() => setSettingsOpen(false)}
       />

@@ -4,8 +4,9 @@ import type { Settings } from '../state/settings';
 interface SettingsDialogProps {
   open: boolean;
   settings: Settings;
-  /** `limits.max_tokens` from the server's hello, where known. */
+  /** `limits.max_tokens` and `limits.default_max_tokens` from the server's hello, where known. */
   maxTokensLimit?: number;
+  defaultMaxTokens?: number;
   onChange(patch: Partial<Settings>): void;
   onClose(): void;
 }
@@ -21,6 +22,7 @@ function NumberField(props: {
   max?: number;
   step: number;
   integer?: boolean;
+  placeholder?: string;
   onChange(value: number | null): void;
 }) {
   // Keep the raw text so "0." can be typed; the parsed number is what is stored.
@@ -37,7 +39,7 @@ function NumberField(props: {
         max={props.max}
         step={props.step}
         value={text}
-        placeholder="server default"
+        placeholder={props.placeholder ?? 'server default'}
         aria-describedby={`${props.id}-hint`}
         aria-invalid={invalid}
         onChange={(event) => {
@@ -72,7 +74,7 @@ function Section({ title, children }: { title: string; children: ReactNode }) {
   );
 }
 
-export function SettingsDialog({ open, settings, maxTokensLimit, onChange, onClose }: SettingsDialogProps) {
+export function SettingsDialog({ open, settings, maxTokensLimit, defaultMaxTokens, onChange, onClose }: SettingsDialogProps) {
   const dialog = useRef<HTMLDialogElement>(null);
   const [showKey, setShowKey] = useState(false);
 
@@ -122,6 +124,7 @@ export function SettingsDialog({ open, settings, maxTokensLimit, onChange, onClo
                   max={maxTokensLimit}
                   step={1}
                   integer
+                  placeholder={defaultMaxTokens ? `server default (${defaultMaxTokens})` : undefined}
                   onChange={number('maxTokens')}
                 />
                 <NumberField id="seed" label="Seed" hint="same seed, same answer" value={settings.seed} min={0} step={1} integer onChange={number('seed')} />

@@ -1,5 +1,5 @@
 /** The transport the settings ask for, and the state of its connection. */
-import { useEffect, useMemo, useState, useSyncExternalStore } from 'react';
+import { useCallback, useEffect, useMemo, useState, useSyncExternalStore } from 'react';
 import { listModels, OpenAiClient } from '../api/openai';
 import type { Transport, TransportKind } from '../api/types';
 import { useDebounced } from './useDebounced';
@@ -59,9 +59,7 @@ export function useTransport(kind: TransportKind, typedApiKey: string): Transpor
     };
   }, [http, apiKey]);
 
-  const connection = useSyncExternalStore(
-    socket ? (listener) => socket.subscribe(listener) : noSubscription,
-    () => socket?.connectionState ?? IDLE,
-  );
+  const subscribe = useCallback((listener: () => void) => (socket ? socket.subscribe(listener) : noSubscription()), [socket]);
+  const connection = useSyncExternalStore(subscribe, () => socket?.connectionState ?? IDLE);
   return { transport: (socket ?? http) as Transport, connection, socket, httpModels };
 }
