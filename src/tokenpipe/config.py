@@ -46,7 +46,7 @@ class Settings:
     max_message_bytes: int = 1 << 20
     max_streams_per_connection: int = 16
     max_frames_per_second: float = 100.0
-    max_connections_per_client: int = 64
+    max_connections_per_client: int = 256
     max_prompt_tokens: int | None = None  # default: what the context allows
     slow_client_timeout_s: float = 30.0
     resume_grace_s: float = 30.0

@@ -143,6 +143,7 @@ def run_server(settings: Settings) -> None:
         log_level=settings.log_level,
         ws="websockets-sansio",  # its send() waits while the socket is backed up
         ws_max_size=max(16 * 1024 * 1024, 4 * settings.max_message_bytes),
+        ws_per_message_deflate=False,  # deltas are a few bytes: compressing costs, saves nothing
         ws_ping_interval=20.0,
         ws_ping_timeout=20.0,
         timeout_graceful_shutdown=int(settings.shutdown_grace_s) + 5,
