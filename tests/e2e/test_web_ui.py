@@ -477,3 +477,21 @@ def test_server_errors_are_shown_in_words(live_server: LiveServer, open_page: Op
     shot_both_schemes(page, "error")
     # The failed answer can be asked for again.
     expect(page.get_by_role("button", name="Regenerate the answer")).to_be_enabled()
+
+
+def test_model_picker_routes_the_request(live_server: LiveServer, open_page: OpenPage) -> None:
+    base = live_server(*FAST, "--model", "alpha=fake:a", "--model", "beta=fake:b")
+    page = open_page(base)
+    wait_connected(page)
+    page.get_by_role("button", name="Settings").click()
+    page.get_by_label("Model").select_option("beta")
+    page.keyboard.press("Escape")
+    send(page, "Which model?")
+    answer = last_answer(page)
+    expect(answer).to_have_attribute("data-status", "done")
+    expect(answer.locator(".stats")).to_contain_text(re.compile(r"^beta · "))
+    require_openai_routes(base)
+    page.get_by_role("radio", name="SSE").check()
+    send(page, "And over SSE?")
+    expect(last_answer(page)).to_have_attribute("data-status", "done")
+    expect(last_answer(page).locator(".stats")).to_contain_text(re.compile(r"^beta · .*SSE$"))

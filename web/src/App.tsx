@@ -33,8 +33,10 @@ export function App() {
 
   // Handlers read the latest values through a ref, so their identity never changes and
   // memoised messages do not re-render because of them.
-  const latest = useRef({ state, settings, generation, httpModels });
-  latest.current = { state, settings, generation, httpModels };
+  const hello = connection.status === 'open' ? connection.hello : null;
+  const models = settings.transport === 'ws' ? (hello?.models ?? null) : httpModels;
+  const latest = useRef({ state, settings, generation, models });
+  latest.current = { state, settings, generation, models };
 
   const active = state.activeId ? state.conversations[state.activeId] : undefined;
   const runningAnswer = active?.messages.find(isRunning);
@@ -42,14 +44,15 @@ export function App() {
   /** Apply an action that creates an answer, then ask for that answer. */
   const ask = useCallback(
     (action: Extract<ChatAction, { type: 'send' | 'edit' | 'regenerate' }>) => {
-      const { state: current, settings: s, generation: g, httpModels: models } = latest.current;
+      const { state: current, settings: s, generation: g, models: known } = latest.current;
       const next = chatReducer(current, action);
       const conversation = next.conversations[action.conversationId];
       if (!conversation || next === current) return;
       dispatch(action);
       setFollowToken((t) => t + 1);
       const messages = historyBefore(conversation, action.assistant.id, s.systemPrompt);
-      const model = s.transport === 'ws' ? undefined : models?.[0];
+      // The OpenAI API wants a model; tokenpipe.v1 falls back to the server's default.
+      const model = s.model && known?.includes(s.model) ? s.model : s.transport === 'ws' ? undefined : known?.[0];
       g.start(conversation.id, action.assistant.id, { messages, params: samplingParams(s), ...(model ? { model } : {}) });
     },
     [dispatch],
@@ -106,7 +109,6 @@ export function App() {
   }, [active?.title]);
 
   const conversations = useMemo(() => state.order.flatMap((id) => state.conversations[id] ?? []), [state.order, state.conversations]);
-  const hello = connection.status === 'open' ? connection.hello : null;
 
   return (
     <div className="app">
@@ -178,6 +180,7 @@ export function App() {
         settings={settings}
         maxTokensLimit={hello?.limits?.max_tokens}
         defaultMaxTokens={hello?.limits?.default_max_tokens}
+        models={models ?? []}
         onChange={updateSettings}
         onClose={() => setSettingsOpen(false)}
       />

@@ -131,7 +131,7 @@ function AssistantMessage({ message, isLast, canChange, offline, actions }: Mess
             ) : null}
             {message.stats ? (
               <span className="stats" title={`measured by the ${message.stats.measuredBy}`}>
-                {statsParts(message.stats).join(' · ')}
+                {[...(message.model ? [message.model] : []), ...statsParts(message.stats)].join(' · ')}
               </span>
             ) : null}
           </>

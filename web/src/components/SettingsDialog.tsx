@@ -7,6 +7,8 @@ interface SettingsDialogProps {
   /** `limits.max_tokens` and `limits.default_max_tokens` from the server's hello, where known. */
   maxTokensLimit?: number;
   defaultMaxTokens?: number;
+  /** The models the server offers. */
+  models: string[];
   onChange(patch: Partial<Settings>): void;
   onClose(): void;
 }
@@ -74,7 +76,7 @@ function Section({ title, children }: { title: string; children: ReactNode }) {
   );
 }
 
-export function SettingsDialog({ open, settings, maxTokensLimit, defaultMaxTokens, onChange, onClose }: SettingsDialogProps) {
+export function SettingsDialog({ open, settings, maxTokensLimit, defaultMaxTokens, models, onChange, onClose }: SettingsDialogProps) {
   const dialog = useRef<HTMLDialogElement>(null);
   const [showKey, setShowKey] = useState(false);
 
@@ -99,6 +101,19 @@ export function SettingsDialog({ open, settings, maxTokensLimit, defaultMaxToken
         {open ? (
           <>
             <Section title="Conversation">
+              {models.length > 0 ? (
+                <div className="field">
+                  <label htmlFor="model">Model</label>
+                  <select id="model" value={models.includes(settings.model) ? settings.model : ''} onChange={(event) => onChange({ model: event.target.value })}>
+                    <option value="">Server default</option>
+                    {models.map((model) => (
+                      <option key={model} value={model}>
+                        {model}
+                      </option>
+                    ))}
+                  </select>
+                </div>
+              ) : null}
               <div className="field">
                 <label htmlFor="system-prompt">System prompt</label>
                 <textarea

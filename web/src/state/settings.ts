@@ -10,6 +10,8 @@ export interface Settings {
   maxTokens: number | null;
   seed: number | null;
   apiKey: string;
+  /** '' : the server's default model. */
+  model: string;
 }
 
 export const DEFAULT_SETTINGS: Settings = {
@@ -20,6 +22,7 @@ export const DEFAULT_SETTINGS: Settings = {
   maxTokens: null,
   seed: null,
   apiKey: '',
+  model: '',
 };
 
 const KEY = 'tokenpipe.settings';
@@ -47,6 +50,7 @@ export function parseSettings(raw: string | null): Settings {
     maxTokens: numberOrNull(v.maxTokens),
     seed: numberOrNull(v.seed),
     apiKey: typeof v.apiKey === 'string' ? v.apiKey : '',
+    model: typeof v.model === 'string' ? v.model : '',
   };
 }
 
