@@ -451,8 +451,11 @@ def test_queue_position_shows_while_waiting(live_server: LiveServer, open_page: 
     page = open_page(base)
     wait_connected(page)
     # Take every slot of the fake engine from another client, so the page's request waits.
+    # max_queue=None: this client reads everything in the background, so its close is quick.
     with connect(
-        base.replace("http", "ws") + "/ws", subprotocols=[Subprotocol("tokenpipe.v1")]
+        base.replace("http", "ws") + "/ws",
+        subprotocols=[Subprotocol("tokenpipe.v1")],
+        max_queue=None,
     ) as other:
         hello = json.loads(other.recv(timeout=5))
         hog = {"role": "user", "content": "slow [[tokens=5000]] [[pace_ms=500]]"}
