@@ -375,6 +375,8 @@ def test_keyboard_only_and_settings(live_server: LiveServer, open_page: OpenPage
     page.keyboard.press("Enter")
     answer = last_answer(page)
     expect(answer).to_have_attribute("data-status", "done")
+    # Screen readers hear the answer's state changes, not every token.
+    expect(page.locator(".message-scroller [aria-live=polite]")).to_have_text("Answer complete")
     # max_tokens from the settings went to the server: the answer was cut at 12 tokens.
     expect(answer.locator(".badge-stopped")).to_have_text("Cut at the max tokens limit")
     assert "+ 12 answer tokens" in answer.locator(".stats").inner_text()

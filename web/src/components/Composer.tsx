@@ -58,7 +58,8 @@ export function Composer({ running, onSend, onStop }: ComposerProps) {
         aria-describedby="composer-hint"
         onChange={(event) => setText(event.target.value)}
         onKeyDown={onKeyDown}
-        autoFocus
+        // On touch screens focusing on load would pop up the keyboard over the page.
+        autoFocus={typeof window.matchMedia === 'function' && window.matchMedia('(pointer: fine)').matches}
       />
       <span id="composer-hint" className="visually-hidden">
         Enter sends the message, Shift+Enter starts a new line.

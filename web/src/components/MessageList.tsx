@@ -2,6 +2,27 @@ import { useEffect, useLayoutEffect, useRef, useState } from 'react';
 import { isRunning, type Message } from '../state/conversations';
 import { MessageView, type MessageActions } from './MessageView';
 
+/** What a screen reader hears about the latest answer: its state changes, not each token. */
+function announcement(message: Message): string {
+  if (message.role !== 'assistant') return '';
+  switch (message.status) {
+    case 'waiting':
+      return message.queuePosition !== undefined ? `Waiting in the queue, position ${message.queuePosition}` : 'Waiting for the answer';
+    case 'streaming':
+      return 'The answer is arriving';
+    case 'done':
+      return 'Answer complete';
+    case 'stopped':
+      return 'Answer stopped';
+    case 'interrupted':
+      return 'Answer interrupted';
+    case 'error':
+      return 'The answer failed';
+    default:
+      return '';
+  }
+}
+
 /** How close to the bottom (px) still counts as "following the answer". */
 const FOLLOW_SLACK_PX = 48;
 
@@ -52,6 +73,7 @@ export function MessageList({ messages, actions, followToken, offline }: Message
   };
 
   const lastIndex = messages.length - 1;
+  const last = messages[lastIndex];
   return (
     <div className="message-scroller" ref={scroller} onScroll={onScroll}>
       <div className="message-list" ref={content} role="log" aria-label="Conversation" aria-live="off">
@@ -59,6 +81,9 @@ export function MessageList({ messages, actions, followToken, offline }: Message
           <MessageView key={message.id} message={message} isLast={index === lastIndex} canChange={!anyRunning} offline={offline && isRunning(message)} actions={actions} />
         ))}
       </div>
+      <p className="visually-hidden" aria-live="polite">
+        {last ? announcement(last) : ''}
+      </p>
       {showJump ? (
         <button
           type="button"
