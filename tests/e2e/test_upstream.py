@@ -146,7 +146,8 @@ class FaultUpstream:
                                 status_code=404)
         if status != 200:
             headers = {"retry-after": str(d["retry_after"])} if "retry_after" in d else None
-            return JSONResponse({"error": {"message": f"injected {status}", "param": None,
+            param = "temperature" if status == 400 else None
+            return JSONResponse({"error": {"message": f"injected {status}", "param": param,
                                            "type": "invalid_request_error", "code": None}},
                                 status_code=status, headers=headers)
         return StreamingResponse(self._events(body, d, chat), media_type="text/event-stream")
@@ -356,6 +357,8 @@ async def test_refusals_before_the_first_token_keep_their_meaning(
     with pytest.raises(error, match=match) as caught:
         await run(eng, chat(directive))
     assert type(caught.value) is error
+    if isinstance(caught.value, BadRequest) and error is BadRequest:
+        assert caught.value.param == "temperature"  # the upstream's word for what to fix
 
 
 async def test_429_is_overloaded_with_the_upstreams_retry_after(

@@ -24,34 +24,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import email.utils
 import json
 import logging
 import re
-import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
-from ..errors import (
-    BadRequest,
-    ContextOverflow,
-    EngineError,
-    EngineUnavailable,
-    Overloaded,
-    TokenpipeError,
-    UnknownModel,
-)
-from ..types import (
-    EngineEvent,
-    EngineFinish,
-    EngineStart,
-    EngineText,
-    FinishReason,
-    GenerationRequest,
-    Usage,
+from ..errors import ContextOverflow, EngineError, EngineUnavailable, Overloaded, TokenpipeError
+from ..types import EngineEvent, EngineStart, GenerationRequest
+from ._openai_wire import (
+    Progress,
+    Replica,
+    Retry,
+    describe,
+    error_fields,
+    finish_events,
+    handle_event,
+    parse_json,
+    refusal,
 )
 from ._sse import SSEDecoder
 from .base import Engine, EngineInfo, EngineOptions, PreparedRequest
@@ -61,50 +53,6 @@ log = logging.getLogger("tokenpipe.openai")
 CONNECT_TIMEOUT_S = 5.0
 HEALTH_TIMEOUT_S = 3.0
 DRAIN_TIMEOUT_S = 1.0
-_CONTEXT_ERROR = re.compile(r"context[ _](length|size|window)|exceed_context|maximum context|"
-                            r"too many tokens|prompt is too long", re.IGNORECASE)
-_FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH,
-           "cancelled": FinishReason.CANCELLED}
-
-
-@dataclass(eq=False)
-class Replica:
-    """One upstream server; `healthy` is what the last health check or request learned."""
-
-    base: str
-    healthy: bool = False
-    why: str = "not checked yet"
-    in_flight: int = 0
-    health_path: str = "/health"  # falls back to /v1/models where /health is 404 (Ollama)
-    verified: bool = False  # its GET /v1/models listed our model; until then, not used
-
-    def mark(self, healthy: bool, why: str = "") -> None:
-        if healthy != self.healthy:
-            if healthy:
-                log.info("upstream %s is healthy again", self.base)
-            else:
-                log.warning("upstream %s is unhealthy: %s", self.base, why)
-        self.healthy, self.why = healthy, why
-
-
-class _Retry(Exception):
-    """This replica failed before the first token: the request may try another."""
-
-    def __init__(self, error: TokenpipeError) -> None:
-        super().__init__(error.message)
-        self.error = error
-
-
-@dataclass
-class _Progress:
-    """What one upstream answer has said so far."""
-
-    texts: int = 0  # content chunks passed on, each counted as one token
-    finish: str | None = None
-    usage: dict[str, Any] | None = None
-    done: bool = False  # data: [DONE]
-    complete: bool = False  # the answer ended well: its connection may be reused
-    events: list[EngineEvent] = field(default_factory=list)
 
 
 class OpenAIEngine(Engine):
@@ -184,14 +132,14 @@ class OpenAIEngine(Engine):
             response = await self._client.get(replica.base + "/v1/models",
                                                timeout=CONNECT_TIMEOUT_S * 2)
         except httpx.HTTPError as exc:
-            replica.mark(False, f"upstream {replica.base} unreachable: {_describe(exc)}")
+            replica.mark(False, f"upstream {replica.base} unreachable: {describe(exc)}")
             return None
         if response.status_code != 200:
-            message = _error_fields(response.content)[0]
+            message = error_fields(response.content)[0]
             replica.mark(False, f"upstream {replica.base} answered {response.status_code} "
                                 f"to GET /v1/models: {message}")
             return None
-        data = _json(response.content)
+        data = parse_json(response.content)
         cards = data.get("data") if isinstance(data, dict) else None
         return [c for c in cards if isinstance(c, dict)] if isinstance(cards, list) else []
 
@@ -247,7 +195,7 @@ class OpenAIEngine(Engine):
                 response = await self._client.get(replica.base + replica.health_path,
                                                    timeout=HEALTH_TIMEOUT_S)
         except httpx.HTTPError as exc:
-            replica.mark(False, f"upstream {replica.base} unreachable: {_describe(exc)}")
+            replica.mark(False, f"upstream {replica.base} unreachable: {describe(exc)}")
             return
         ok = response.status_code == 200
         replica.mark(ok, "" if ok else f"upstream {replica.base} answered "
@@ -288,7 +236,7 @@ class OpenAIEngine(Engine):
                     async for event in events:
                         yield event
                 return
-            except _Retry as retry:
+            except Retry as retry:
                 errors.append(retry.error)
             finally:
                 replica.in_flight -= 1
@@ -339,14 +287,14 @@ class OpenAIEngine(Engine):
 
     async def _attempt(self, replica: Replica, path: str, body: bytes
                        ) -> AsyncGenerator[EngineEvent, None]:
-        """One upstream request. Raises _Retry for a failure before the first token."""
+        """One upstream request. Raises Retry for a failure before the first token."""
         if self._client is None:
             raise EngineUnavailable("the openai engine is closed")
         request = self._client.build_request(
             "POST", replica.base + path, content=body,
             headers={"content-type": "application/json", "accept": "text/event-stream"})
         decoder = SSEDecoder()
-        progress = _Progress()
+        progress = Progress()
         response: httpx.Response | None = None
         chunks: AsyncIterator[bytes] | None = None
         try:
@@ -356,24 +304,24 @@ class OpenAIEngine(Engine):
                     response = await self._client.send(request, stream=True)
                     if response.status_code != 200:
                         await response.aread()
-                        raise _refusal(replica, response)
+                        raise refusal(replica, response)
                     chunks = response.aiter_bytes()
                     while not progress.texts and not progress.done:
                         raw = await anext(chunks, None)
                         if raw is None:
-                            raise _Retry(EngineError(f"upstream {replica.base} closed the "
+                            raise Retry(EngineError(f"upstream {replica.base} closed the "
                                                      "stream before the first token"))
                         for sse in decoder.feed(raw):
-                            _handle(sse.data, progress, replica, streamed=False)
+                            handle_event(sse.data, progress, replica, streamed=False)
             except TimeoutError:
-                raise _Retry(EngineError(
+                raise Retry(EngineError(
                     f"upstream {replica.base} sent no token within the first-token timeout "
                     f"of {self.first_token_timeout_s:g} s")) from None
             except httpx.HTTPError as exc:
-                replica.mark(False, f"upstream {replica.base} failed: {_describe(exc)}")
+                replica.mark(False, f"upstream {replica.base} failed: {describe(exc)}")
                 verb = "unreachable" if isinstance(exc, httpx.ConnectError) else "failed"
-                raise _Retry(EngineError(f"upstream {replica.base} {verb}: "
-                                         f"{_describe(exc)}")) from None
+                raise Retry(EngineError(f"upstream {replica.base} {verb}: "
+                                         f"{describe(exc)}")) from None
             # From here on the text is this replica's: a failure ends the generation.
             while True:
                 for event in progress.events:
@@ -388,9 +336,9 @@ class OpenAIEngine(Engine):
                     raise EngineError(f"upstream {replica.base} sent nothing for "
                                       f"{self.idle_timeout_s:g} s mid-answer") from None
                 except httpx.HTTPError as exc:
-                    replica.mark(False, f"upstream {replica.base} failed: {_describe(exc)}")
+                    replica.mark(False, f"upstream {replica.base} failed: {describe(exc)}")
                     raise EngineError(f"upstream {replica.base} failed mid-answer after "
-                                      f"{progress.texts} tokens: {_describe(exc)}") from None
+                                      f"{progress.texts} tokens: {describe(exc)}") from None
                 if raw is None:
                     if progress.finish is not None:
                         break  # no [DONE], but the answer itself was complete
@@ -398,8 +346,8 @@ class OpenAIEngine(Engine):
                     raise EngineError(f"upstream {replica.base} closed the stream mid-answer "
                                       f"after {progress.texts} tokens")
                 for sse in decoder.feed(raw):
-                    _handle(sse.data, progress, replica, streamed=True)
-            finished = _finish(progress, replica)
+                    handle_event(sse.data, progress, replica, streamed=True)
+            finished = finish_events(progress, replica)
             progress.complete = True
             for event in finished:
                 yield event
@@ -412,128 +360,6 @@ class OpenAIEngine(Engine):
                             async for _ in chunks:
                                 pass
                 await response.aclose()  # if unread, the connection closes: upstream stops
-
-
-# ---- the upstream's answer, chunk by chunk (no I/O below) -------------------------------
-
-
-def _handle(data: str, progress: _Progress, replica: Replica, *, streamed: bool) -> None:
-    if progress.done:
-        return
-    if data == "[DONE]":
-        progress.done = True
-        return
-    chunk = _json(data.encode())
-    if not isinstance(chunk, dict):
-        raise EngineError(f"upstream {replica.base} sent an event that is not a JSON "
-                          f"object: {data[:200]!r}")
-    if "error" in chunk:
-        message, code, kind = _error_fields(data.encode())
-        if streamed:
-            raise EngineError(f"upstream {replica.base} failed mid-answer: {message}")
-        error = _classify(400 if _CONTEXT_ERROR.search(f"{message} {code} {kind}") else 500,
-                          replica, message, code, kind)
-        raise error if isinstance(error, BadRequest) else _Retry(error)
-    for choice in chunk.get("choices") or ():
-        if not isinstance(choice, dict):
-            continue
-        delta = choice.get("delta")
-        text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
-        if isinstance(text, str) and text:
-            progress.texts += 1
-            progress.events.append(EngineText(text))
-        if choice.get("finish_reason"):
-            progress.finish = str(choice["finish_reason"])
-    if isinstance(chunk.get("usage"), dict):
-        progress.usage = chunk["usage"]
-
-
-def _finish(progress: _Progress, replica: Replica) -> list[EngineEvent]:
-    reason = _FINISH.get(progress.finish or "stop")
-    if reason is None and progress.finish == "abort":  # vLLM: the request was aborted
-        raise EngineError(f"upstream {replica.base} aborted the generation")
-    usage = progress.usage or {}
-    prompt = usage.get("prompt_tokens")
-    completion = usage.get("completion_tokens")
-    completion = completion if isinstance(completion, int) else progress.texts
-    events: list[EngineEvent] = []
-    if completion > progress.texts:  # chunks that carried several tokens, or none of text
-        events.append(EngineText("", tokens=completion - progress.texts))
-    events.append(EngineFinish(reason or FinishReason.STOP,
-                               Usage(prompt if isinstance(prompt, int) else 0,
-                                     max(completion, progress.texts))))
-    return events
-
-
-def _refusal(replica: Replica, response: httpx.Response) -> Exception:
-    """The error for a non-200 answer: a _Retry where another replica may do better."""
-    status = response.status_code
-    message, code, kind = _error_fields(response.content)
-    error = _classify(status, replica, message, code, kind)
-    if status == 429:
-        error.retry_after_ms = _retry_after_ms(response.headers) or 1000
-    if status in (502, 503, 504):
-        replica.mark(False, f"upstream {replica.base} answered {status}: {message}")
-    if isinstance(error, UnknownModel):  # this replica lost the model; others may have it
-        replica.verified = False
-        replica.mark(False, f"upstream {replica.base} no longer serves the model: {message}")
-        return _Retry(error)
-    return _Retry(error) if status == 429 or status >= 500 else error
-
-
-def _classify(status: int, replica: Replica, message: str, code: str, kind: str
-              ) -> TokenpipeError:
-    said = f"{message} {code} {kind}"
-    if status in (400, 413, 422):
-        if _CONTEXT_ERROR.search(said):
-            return ContextOverflow(message)
-        return BadRequest(message)
-    if status == 404 and re.search("model", said, re.IGNORECASE):
-        return UnknownModel(message, param="model")
-    if status == 429:
-        return Overloaded(f"upstream {replica.base} is busy: {message}")
-    if status in (401, 403):
-        return EngineError(f"upstream {replica.base} refused our key ({status}): {message} "
-                           "(check --upstream-key)")
-    return EngineError(f"upstream {replica.base} answered {status}: {message}")
-
-
-def _error_fields(body: bytes) -> tuple[str, str, str]:
-    """(message, code, type) from the error shapes of OpenAI, vLLM, llama-server and TGI."""
-    data = _json(body)
-    if isinstance(data, dict):
-        error = data.get("error", data)
-        if isinstance(error, dict):
-            return (str(error.get("message") or error.get("detail") or error)[:500],
-                    str(error.get("code") or ""), str(error.get("type") or ""))
-        if isinstance(error, str):
-            return error[:500], "", str(data.get("error_type") or "")
-    return body.decode(errors="replace")[:500] or "(no body)", "", ""
-
-
-def _retry_after_ms(headers: httpx.Headers) -> int | None:
-    with contextlib.suppress(ValueError):
-        if "retry-after-ms" in headers:
-            return max(0, int(float(headers["retry-after-ms"])))
-        value = headers.get("retry-after")
-        if value is None:
-            return None
-        if value.strip().isdigit():
-            return int(value) * 1000
-        when = email.utils.parsedate_to_datetime(value).timestamp()
-        return max(0, int((when - time.time()) * 1000))
-    return None
-
-
-def _json(raw: bytes) -> Any:
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return None
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _base_url(url: str) -> str:

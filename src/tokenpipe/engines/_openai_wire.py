@@ -1,0 +1,203 @@
+"""The openai engine's reading of an upstream's answers, without I/O: one replica's state,
+the meaning of each streamed chunk, and the errors that upstreams' refusals become."""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from ..errors import (
+    BadRequest,
+    ContextOverflow,
+    EngineError,
+    Overloaded,
+    TokenpipeError,
+    UnknownModel,
+)
+from ..types import EngineEvent, EngineFinish, EngineText, FinishReason, Usage
+
+log = logging.getLogger("tokenpipe.openai")
+
+_CONTEXT_ERROR = re.compile(r"context[ _](length|size|window)|exceed_context|maximum context|"
+                            r"too many tokens|prompt is too long", re.IGNORECASE)
+_FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH,
+           "cancelled": FinishReason.CANCELLED}
+
+
+@dataclass(eq=False)
+class Replica:
+    """One upstream server; `healthy` is what the last health check or request learned."""
+
+    base: str
+    healthy: bool = False
+    why: str = "not checked yet"
+    in_flight: int = 0
+    health_path: str = "/health"  # falls back to /v1/models where /health is 404 (Ollama)
+    verified: bool = False  # its GET /v1/models listed our model; until then, not used
+
+    def mark(self, healthy: bool, why: str = "") -> None:
+        if healthy != self.healthy:
+            if healthy:
+                log.info("upstream %s is healthy again", self.base)
+            else:
+                log.warning("upstream %s is unhealthy: %s", self.base, why)
+        self.healthy, self.why = healthy, why
+
+
+class Retry(Exception):
+    """This replica failed before the first token: the request may try another."""
+
+    def __init__(self, error: TokenpipeError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+@dataclass
+class Progress:
+    """What one upstream answer has said so far."""
+
+    texts: int = 0  # content chunks passed on, each counted as one token
+    finish: str | None = None
+    usage: dict[str, Any] | None = None
+    done: bool = False  # data: [DONE]
+    complete: bool = False  # the answer ended well: its connection may be reused
+    events: list[EngineEvent] = field(default_factory=list)
+
+
+# ---- the upstream's answer, chunk by chunk -----------------------------------------
+
+
+def handle_event(data: str, progress: Progress, replica: Replica, *, streamed: bool) -> None:
+    if progress.done:
+        return
+    if data == "[DONE]":
+        progress.done = True
+        return
+    chunk = parse_json(data.encode())
+    if not isinstance(chunk, dict):
+        raise EngineError(f"upstream {replica.base} sent an event that is not a JSON "
+                          f"object: {data[:200]!r}")
+    if "error" in chunk:
+        message, code, kind = error_fields(data.encode())
+        if streamed:
+            raise EngineError(f"upstream {replica.base} failed mid-answer: {message}")
+        error = _classify(400 if _CONTEXT_ERROR.search(f"{message} {code} {kind}") else 500,
+                          replica, message, code, kind)
+        raise error if isinstance(error, BadRequest) else Retry(error)
+    for choice in chunk.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+        if isinstance(text, str) and text:
+            progress.texts += 1
+            progress.events.append(EngineText(text))
+        if choice.get("finish_reason"):
+            progress.finish = str(choice["finish_reason"])
+    if isinstance(chunk.get("usage"), dict):
+        progress.usage = chunk["usage"]
+
+
+def finish_events(progress: Progress, replica: Replica) -> list[EngineEvent]:
+    reason = _FINISH.get(progress.finish or "stop")
+    if reason is None and progress.finish == "abort":  # vLLM: the request was aborted
+        raise EngineError(f"upstream {replica.base} aborted the generation")
+    usage = progress.usage or {}
+    prompt = usage.get("prompt_tokens")
+    completion = usage.get("completion_tokens")
+    completion = completion if isinstance(completion, int) else progress.texts
+    events: list[EngineEvent] = []
+    if completion > progress.texts:  # chunks that carried several tokens, or none of text
+        events.append(EngineText("", tokens=completion - progress.texts))
+    events.append(EngineFinish(reason or FinishReason.STOP,
+                               Usage(prompt if isinstance(prompt, int) else 0,
+                                     max(completion, progress.texts))))
+    return events
+
+
+def refusal(replica: Replica, response: httpx.Response) -> Exception:
+    """The error for a non-200 answer: a Retry where another replica may do better."""
+    status = response.status_code
+    message, code, kind = error_fields(response.content)
+    error = _classify(status, replica, message, code, kind)
+    if isinstance(error, BadRequest) and error.param is None:
+        error.param = _error_param(response.content)  # the field the client should fix
+    if status == 429:
+        error.retry_after_ms = _retry_after_ms(response.headers) or 1000
+    if status in (502, 503, 504):
+        replica.mark(False, f"upstream {replica.base} answered {status}: {message}")
+    if isinstance(error, UnknownModel):  # this replica lost the model; others may have it
+        replica.verified = False
+        replica.mark(False, f"upstream {replica.base} no longer serves the model: {message}")
+        return Retry(error)
+    return Retry(error) if status == 429 or status >= 500 else error
+
+
+def _classify(status: int, replica: Replica, message: str, code: str, kind: str
+              ) -> TokenpipeError:
+    said = f"{message} {code} {kind}"
+    if status in (400, 413, 422):
+        if _CONTEXT_ERROR.search(said):
+            return ContextOverflow(message)
+        return BadRequest(message)
+    if status == 404 and re.search("model", said, re.IGNORECASE):
+        return UnknownModel(message, param="model")
+    if status == 429:
+        return Overloaded(f"upstream {replica.base} is busy: {message}")
+    if status in (401, 403):
+        return EngineError(f"upstream {replica.base} refused our key ({status}): {message} "
+                           "(check --upstream-key)")
+    return EngineError(f"upstream {replica.base} answered {status}: {message}")
+
+
+def error_fields(body: bytes) -> tuple[str, str, str]:
+    """(message, code, type) from the error shapes of OpenAI, vLLM, llama-server and TGI."""
+    data = parse_json(body)
+    if isinstance(data, dict):
+        error = data.get("error", data)
+        if isinstance(error, dict):
+            return (str(error.get("message") or error.get("detail") or error)[:500],
+                    str(error.get("code") or ""), str(error.get("type") or ""))
+        if isinstance(error, str):
+            return error[:500], "", str(data.get("error_type") or "")
+    return body.decode(errors="replace")[:500] or "(no body)", "", ""
+
+
+def _error_param(body: bytes) -> str | None:
+    data = parse_json(body)
+    error = data.get("error") if isinstance(data, dict) else None
+    param = error.get("param") if isinstance(error, dict) else None
+    return param if isinstance(param, str) and param else None
+
+
+def _retry_after_ms(headers: httpx.Headers) -> int | None:
+    with contextlib.suppress(ValueError):
+        if "retry-after-ms" in headers:
+            return max(0, int(float(headers["retry-after-ms"])))
+        value = headers.get("retry-after")
+        if value is None:
+            return None
+        if value.strip().isdigit():
+            return int(value) * 1000
+        when = email.utils.parsedate_to_datetime(value).timestamp()
+        return max(0, int((when - time.time()) * 1000))
+    return None
+
+
+def parse_json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
