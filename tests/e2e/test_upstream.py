@@ -652,6 +652,21 @@ async def test_proxy_cancel_closes_the_upstream_request(
             await gen.collect()
         assert caught.value.code == "overloaded"
         assert caught.value.frame["retry_after_ms"] == 4000
+    # A client that just goes away (a closed WebSocket, a dropped event stream) does the same.
+    before = upstream.disconnects
+    async with Client(url.replace("http", "ws") + "/ws") as client:
+        gen = await client.generate([{"role": "user", "content": "[[stall_after=1]]"}])
+        async for _ in gen:
+            break
+    async with httpx.AsyncClient(base_url=url) as http, http.stream(
+            "POST", "/v1/chat/completions", json={
+                "messages": [{"role": "user", "content": "[[stall_after=1]]"}],
+                "stream": True}) as response:
+        async for raw in response.aiter_raw():
+            if b'"content":"Hello"' in raw:
+                break
+    await eventually(lambda: upstream.disconnects == before + 2, "both upstream requests closed")
+    assert upstream.open_streams == 0
 
 
 def test_proxy_health_follows_the_upstream(upstream: FaultUpstream, fresh: None) -> None:
