@@ -449,7 +449,7 @@ def test_api_key_goes_in_a_bearer_subprotocol(live_server: LiveServer, open_page
 
 
 def test_queue_position_shows_while_waiting(live_server: LiveServer, open_page: OpenPage) -> None:
-    base = live_server(*FAST, "--max-streams-per-connection", "64")
+    base = live_server(*FAST, "--parallel", "2")
     page = open_page(base)
     wait_connected(page)
     # Take every slot of the fake engine from another client, so the page's request waits.
@@ -461,7 +461,7 @@ def test_queue_position_shows_while_waiting(live_server: LiveServer, open_page: 
     ) as other:
         hello = json.loads(other.recv(timeout=5))
         hog = {"role": "user", "content": "slow [[tokens=5000]] [[pace_ms=500]]"}
-        for i in range(64):
+        for i in range(2):
             other.send(json.dumps({"type": "generate", "id": f"hog{i}", "messages": [hog]}))
         send(page, "Me next")
         status = last_answer(page).get_by_role("status")

@@ -77,7 +77,7 @@ class FakeEngine(Engine):
             options.model_id or "fake",
             pace_ms=options.pace_ms,
             context_tokens=options.context_size,
-            max_batch=max(64, options.parallel),
+            max_batch=options.parallel,
         )
 
     async def load(self) -> None:

@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.types import Scope
 
 from .. import __version__
 from ..config import Settings, build_engines
@@ -30,6 +31,17 @@ STATIC = Path(__file__).with_name("static")
 _NO_UI = """<!doctype html><meta charset="utf-8"><title>tokenpipe</title>
 <h1>tokenpipe</h1><p>The server runs; the web UI was not built. Run the README's set-up
 command (it builds <code>web/</code> with npm), or connect to <code>/ws</code>.</p>"""
+
+
+class UIFiles(StaticFiles):
+    """The built web UI; looked up per request, so a UI built after start is served."""
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        if not (STATIC / "index.html").is_file():
+            if path in ("", ".", "index.html"):
+                return HTMLResponse(_NO_UI)
+            return PlainTextResponse("Not Found", status_code=404)
+        return await super().get_response(path, scope)
 
 
 def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
@@ -69,12 +81,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.add_api_websocket_route("/ws", websocket_endpoint)
     app.include_router(openai_router)
 
-    if (STATIC / "index.html").is_file():
-        app.mount("/", StaticFiles(directory=STATIC, html=True), name="ui")
-    else:
-        @app.get("/", include_in_schema=False)
-        async def no_ui() -> HTMLResponse:
-            return HTMLResponse(_NO_UI)
+    app.mount("/", UIFiles(directory=STATIC, html=True, check_dir=False), name="ui")
 
     return app
 
