@@ -262,10 +262,10 @@ async def test_chunks_arrive_spread_over_time(fake_server: ServerProcess) -> Non
         async for chunk in stream:
             if chunk.choices and chunk.choices[0].delta.content:
                 arrivals.append(time.monotonic() - t0)
-    # a buffered stream would deliver everything at once, at the end
+    # a buffered stream would deliver everything at once, at the end; a slow machine only
+    # spreads the chunks further apart
     assert len(arrivals) >= tokens // 2
     assert arrivals[-1] - arrivals[0] >= 0.5 * pace_s * (tokens - 1)
-    assert arrivals[0] < arrivals[-1] / 2
 
 
 # ---- own servers: API key, pings, queue, overload, disconnect -----------------------------
@@ -378,8 +378,8 @@ async def queue_probe(ws: Any) -> str:
 
 @pytest.fixture(scope="module")
 def small_server() -> Iterator[ServerProcess]:
-    server = ServerProcess(("--engine", "fake", "--max-streams-per-connection", "200",
-                            "--max-queue", "1"))
+    server = ServerProcess(("--engine", "fake", "--parallel", "64",
+                            "--max-streams-per-connection", "200", "--max-queue", "1"))
     server.wait_ready()
     yield server
     server.stop()

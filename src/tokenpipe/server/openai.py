@@ -58,8 +58,9 @@ def _runtime(request: Request) -> Runtime:
     return runtime
 
 
-def require_key(request: Request,
-                _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+async def require_key(request: Request,
+                      _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+                      ) -> None:
     """The bearer dependency only documents the scheme in /docs; key_matches decides."""
     key = _runtime(request).settings.api_key
     if key and not key_matches(key, request.headers.get("authorization"), []):
@@ -158,8 +159,7 @@ def _card(request: Request, model_id: str) -> ModelCard:
 def _start(request: Request, body: ChatCompletionRequest | CompletionRequest,
            render: type[ChatRender | CompletionRender]) -> Response:
     runtime = _runtime(request)
-    scheduler = runtime.require()
-    runtime.check_model(body.model)
+    scheduler = runtime.require(body.model)
     try:
         session = scheduler.submit(body.to_request())
     except TokenpipeError as exc:  # name the field this client sent

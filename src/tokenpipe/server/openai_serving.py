@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import math
 import secrets
-import time
 from typing import Any
 
 import anyio
@@ -166,17 +165,20 @@ class SessionResponse(Response):
 
     async def _events(self, cursor: Cursor, idle_s: float | None) -> list[Event]:
         """The next events; an empty list when nothing happened for idle_s seconds."""
-        deadline = None if idle_s is None else time.monotonic() + idle_s
-        while True:
-            self._wake.clear()
-            batch = cursor.poll()
-            if batch:
-                return batch
-            timeout = None if deadline is None else deadline - time.monotonic()
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            except TimeoutError:
-                return []
+        loop = asyncio.get_running_loop()
+        deadline = None if idle_s is None else loop.time() + idle_s
+        # asyncio.timeout_at, not wait_for: wait_for wraps each wait in a new task, a cost
+        # paid once per token
+        try:
+            async with asyncio.timeout_at(deadline):
+                while True:
+                    self._wake.clear()
+                    batch = cursor.poll()
+                    if batch:
+                        return batch
+                    await self._wake.wait()
+        except TimeoutError:
+            return []
 
     async def _stream(self, send: Send) -> None:
         cursor = self.session.cursor()
