@@ -44,7 +44,9 @@ class KVBatch:
             self.cache, self.mask, self.positions = cache, row_mask, [length]
             return
         width = max(self.width, length)
-        for mine, theirs in zip(self.cache.layers, cache.layers, strict=True):
+        layers: list[Any] = self.cache.layers  # all DynamicLayer: see mergeable()
+        theirs_layers: list[Any] = cache.layers
+        for mine, theirs in zip(layers, theirs_layers, strict=True):
             mine.keys = torch.cat([_pad(mine.keys, width), _pad(theirs.keys, width)])
             mine.values = torch.cat([_pad(mine.values, width), _pad(theirs.values, width)])
         self.mask = torch.cat([F.pad(self.mask, (width - self.width, 0)),
@@ -66,7 +68,8 @@ class KVBatch:
         used = mask.any(dim=0).nonzero()
         first = int(used[0]) if len(used) else 0
         self.mask = mask[:, first:]
-        for layer in self.cache.layers:
+        layers: list[Any] = self.cache.layers
+        for layer in layers:
             layer.keys = layer.keys.index_select(0, index)[:, :, first:, :]
             layer.values = layer.values.index_select(0, index)[:, :, first:, :]
         self.positions = [self.positions[i] for i in rows]
