@@ -135,7 +135,7 @@ class SessionResponse(Response):
         self.shape = shape
         self.stream = stream
         self.include_usage = include_usage
-        self.ping_s = ping_s
+        self.ping_s = ping_s if ping_s > 0 else None  # 0: no pings
         self._wake = asyncio.Event()
         self._scope: Scope = {"type": "http"}
         self.status_code = 200
