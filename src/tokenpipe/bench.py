@@ -247,6 +247,8 @@ async def _sse_stream(url: str, args: argparse.Namespace,
     if args.model:
         body["model"] = args.model
     async with httpx.AsyncClient(base_url=url.rstrip("/"), timeout=600) as http:
+        # Connect first, as the WebSocket client does before its clock starts.
+        await http.get("/v1/models", headers=headers)
         t0 = time.perf_counter()
         last = t0
         async with http.stream("POST", "/v1/chat/completions", json=body,

@@ -35,6 +35,8 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--max-queue", type=int, help="requests waiting before 'overloaded'")
     p.add_argument("--max-message-bytes", type=int, help="largest client frame accepted")
     p.add_argument("--max-streams-per-connection", type=int)
+    p.add_argument("--slow-client-timeout-s", type=float,
+                   help="drop a client that has not read for this long (default 30)")
     p.add_argument("--max-frames-per-second", type=float, help="per connection; 0 = no limit")
     p.add_argument("--max-connections-per-client", type=int, help="open /ws per address")
     p.add_argument("--max-prompt-tokens", type=int, help="longest prompt accepted")

@@ -73,7 +73,7 @@ def built_ui() -> None:
     subprocess.run([npm, "run", "build"], cwd=WEB, check=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # Playwright's loop must stop before async tests run
 def browser() -> Iterator[Browser]:
     if not Path(CHROMIUM).is_file():
         pytest.fail(f"no Chromium at {CHROMIUM}: apt-get install -y chromium")

@@ -466,6 +466,7 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "tokenpipe"
+    max_model_len: int | None = None  # as vLLM: the tokens one request may use in all
 
 
 class ModelList(BaseModel):

@@ -153,7 +153,8 @@ def _models(request: Request) -> list[str]:
 
 
 def _card(request: Request, model_id: str) -> ModelCard:
-    return ModelCard(id=model_id, created=_STARTED)
+    context = _runtime(request).require(model_id).engine.info.context_tokens
+    return ModelCard(id=model_id, created=_STARTED, max_model_len=context)
 
 
 def _start(request: Request, body: ChatCompletionRequest | CompletionRequest,

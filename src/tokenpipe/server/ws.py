@@ -147,6 +147,7 @@ class JsonConnection:
         self.wake = asyncio.Event()
         self.sending = False  # the writer holds frames it has taken but not yet sent
         self.settled = asyncio.Event()  # set when the writer has nothing left to send
+        self.dropped = False  # the client stopped reading and was let go
 
     async def run(self) -> None:
         await self.ws.accept(subprotocol=wire.PROTOCOL)
@@ -158,8 +159,9 @@ class JsonConnection:
             self.runtime.connections.discard(self)
             for stream_id, stream in list(self.streams.items()):
                 self._release(stream_id, stream, connection_lost=True)
-            with contextlib.suppress(Exception):
-                await self.ws.close()
+            if not self.dropped:  # a close would wait forever behind unread data
+                with contextlib.suppress(Exception):
+                    await self.ws.close()
 
     async def close_when_flushed(self, code: int, deadline_s: float = 5.0) -> None:
         """Closes the socket once every stream on it has sent its final frame."""
@@ -311,7 +313,12 @@ class JsonConnection:
                             await self.ws.send_text(wire.dumps(frame))
                 except TimeoutError:
                     log.warning("client stopped reading for %.0f s; dropping it", timeout)
-                    await self.ws.close(code=1008, reason="client too slow")
+                    self.dropped = True
+                    # The close frame waits behind the data the client does not read: try
+                    # briefly, then let the connection go (its generations are cancelled).
+                    with contextlib.suppress(TimeoutError, Exception):
+                        await asyncio.wait_for(
+                            self.ws.close(code=1008, reason="client too slow"), 1.0)
                     return
             self.sending = False
             if not self.streams:
