@@ -45,9 +45,16 @@ if [ -f web/package.json ]; then
   fi
 fi
 
-if [ "$want_test" = 1 ] && [ ! -x /usr/bin/chromium ]; then
-  say "installing Debian's chromium for the browser tests"
-  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null
-  else sudo apt-get update -qq && sudo apt-get install -y -qq chromium >/dev/null; fi
+if [ "$want_test" = 1 ]; then
+  # Debian's chromium for the browser tests, nginx for the deployment guide's proxy test,
+  # fonts so screenshots show Japanese and emoji.
+  missing=()
+  [ -x /usr/bin/chromium ] || missing+=(chromium fonts-noto-cjk fonts-noto-color-emoji)
+  command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
+  if [ ${#missing[@]} -gt 0 ]; then
+    say "installing ${missing[*]}"
+    sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+    $sudo apt-get update -qq && $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
 fi
 say "ready"

@@ -46,9 +46,11 @@ __all__ = [  # the contract's own tests, collected here with this module's `engi
 ]
 
 CONTEXT = 4096
+# Both upstreams announce CONTEXT tokens per request as max_model_len: llama.cpp splits its
+# context over --parallel sequences, the fake engine gives each the whole --ctx-size.
 UPSTREAMS = {
-    "fake": ("--engine", "fake"),
-    "llamacpp": ("--threads", "2"),
+    "fake": ("--engine", "fake", "--ctx-size", str(CONTEXT)),
+    "llamacpp": ("--threads", "2", "--ctx-size", str(CONTEXT * 2)),
 }
 
 
@@ -57,8 +59,7 @@ UPSTREAMS = {
 def upstream_server(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
     if request.param == "llamacpp" and not os.environ.get("CI"):
         pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
-    server = ServerProcess((*UPSTREAMS[request.param], "--ctx-size", str(CONTEXT * 2),
-                            "--parallel", "2"))
+    server = ServerProcess((*UPSTREAMS[request.param], "--parallel", "2"))
     server.wait_ready()
     yield server
     server.stop()
