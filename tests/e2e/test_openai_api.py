@@ -158,7 +158,9 @@ def test_openapi_documents_bodies_json_and_sse(fake_server: ServerProcess) -> No
         assert op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
         ok = op["responses"]["200"]["content"]
         assert "application/json" in ok
-        schema = ok["text/event-stream"]["itemSchema"]["properties"]["data"]["contentSchema"]
+        data = ok["text/event-stream"]["itemSchema"]["properties"]["data"]["anyOf"]
+        schema = data[0]["contentSchema"]
+        assert data[1]["const"] == "[DONE]"
         assert schema["properties"]["object"]["const"] == chunk
         assert "422" not in op["responses"] and "400" in op["responses"]
     assert "/v1/models" in spec["paths"]
@@ -217,8 +219,9 @@ def test_not_json_and_unknown_routes(fake_server: ServerProcess) -> None:
     r = httpx.post(fake_server.url + "/v1/chat/completions", content=b"{nope",
                    headers={"content-type": "application/json"})
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
-    r = httpx.get(fake_server.url + "/v1/chat/completions")
-    assert r.status_code == 404 and "Invalid URL" in r.json()["error"]["message"]
+    r = httpx.get(fake_server.url + "/v1/chat/completions")  # a known route, wrong method
+    assert r.status_code == 405 and r.headers["allow"] == "POST"
+    assert r.json()["error"]["type"] == "invalid_request_error"
     r = httpx.post(fake_server.url + "/v1/embeddings", json={})
     assert r.status_code == 404 and set(r.json()) == {"error"}
 

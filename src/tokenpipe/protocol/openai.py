@@ -96,9 +96,10 @@ def _stop_list(value: Any) -> Any:
 
 
 StopField = Annotated[
-    list[Annotated[str, Field(min_length=1, max_length=256)]] | None,
+    # the length bound sits on the list itself: on the union it crashed on an explicit null
+    Annotated[list[Annotated[str, Field(min_length=1, max_length=256)]],
+              Field(max_length=MAX_STOP)] | None,
     BeforeValidator(_stop_list),
-    Field(max_length=MAX_STOP),
     WithJsonSchema({"anyOf": [{"type": "string", "minLength": 1},
                               {"type": "array", "items": {"type": "string", "minLength": 1},
                                "maxItems": MAX_STOP},
@@ -304,8 +305,8 @@ class CompletionRequest(_Sampling):
 
     prompt: Annotated[
         str, BeforeValidator(_one_prompt),
-        WithJsonSchema({"anyOf": [{"type": "string"},
-                                  {"type": "array", "items": {"type": "string"},
+        WithJsonSchema({"anyOf": [{"type": "string", "minLength": 1},
+                                  {"type": "array", "items": {"type": "string", "minLength": 1},
                                    "minItems": 1, "maxItems": 1}]}),
     ]
     max_tokens: int | None = Field(default=16, ge=1)
@@ -529,8 +530,11 @@ def sse_openapi(chunk: type[BaseModel], example: str) -> dict[str, Any]:
     """The `text/event-stream` content of an OpenAPI response, as FastAPI writes its own."""
     return {"itemSchema": {
         "type": "object", "required": ["data"],
-        "properties": {"data": {"type": "string", "contentMediaType": "application/json",
-                                "contentSchema": inline_schema(chunk)}},
+        "properties": {"data": {"anyOf": [
+            {"type": "string", "contentMediaType": "application/json",
+             "contentSchema": inline_schema(chunk)},
+            {"type": "string", "const": "[DONE]", "description": "the end of the stream"},
+        ]}},
         "description": "Each `data:` line holds one chunk; the stream ends with `data: [DONE]`. "
                        "Comment lines (`: ping`, `: queued position=N`) keep idle streams "
                        "alive; SSE clients skip them."},

@@ -10,10 +10,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import uvicorn
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Scope
 
 from .. import __version__
@@ -63,6 +65,16 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app = FastAPI(title="tokenpipe", version=__version__, lifespan=lifespan,
                   summary="Stream a local LLM's answer token by token.")
     app.state.runtime = runtime
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        """Under /v1 every error has OpenAI's shape, also those Starlette raises itself
+        (a body that is not JSON, a path that does not match)."""
+        if not request.url.path.startswith("/v1/"):
+            return await http_exception_handler(request, exc)
+        body = {"error": {"message": str(exc.detail), "type": "invalid_request_error",
+                          "param": None, "code": None}}
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
     @app.get("/health", tags=["health"])
     async def health() -> JSONResponse:

@@ -138,12 +138,23 @@ async def get_model(model_id: str, request: Request) -> ModelCard:
 
 
 @router.api_route("/{path:path}", include_in_schema=False,
-                  methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+                  methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
 async def not_found(request: Request) -> Response:
-    exc = OpenAIError(f"Invalid URL ({request.method} {request.url.path})", param=None,
-                      openai_code=None)
+    path = request.url.path
+    allowed = _ROUTES.get(path) or ("GET" if path.startswith("/v1/models/") else None)
+    if allowed is not None:  # a known route asked with the wrong method
+        exc = OpenAIError(f"Method {request.method} not allowed on {path}; use {allowed}",
+                          param=None, openai_code=None)
+        exc.status = 405
+        response = error_response(exc)
+        response.headers["Allow"] = allowed
+        return response
+    exc = OpenAIError(f"Invalid URL ({request.method} {path})", param=None, openai_code=None)
     exc.status = 404
     return error_response(exc)
+
+
+_ROUTES = {"/v1/models": "GET", "/v1/chat/completions": "POST", "/v1/completions": "POST"}
 
 
 def _models(request: Request) -> list[str]:
