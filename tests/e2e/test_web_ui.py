@@ -28,6 +28,8 @@ from playwright.sync_api import (
 from websockets.sync.client import connect
 from websockets.typing import Subprotocol
 
+from tests.conftest import ServerProcess
+
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -500,3 +502,20 @@ def test_model_picker_routes_the_request(live_server: LiveServer, open_page: Ope
     send(page, "And over SSE?")
     expect(last_answer(page)).to_have_attribute("data-status", "done")
     expect(last_answer(page).locator(".stats")).to_contain_text(re.compile(r"^beta · .*SSE$"))
+
+
+@pytest.mark.model
+def test_the_real_model_answers_in_the_page(model_server: ServerProcess,
+                                            open_page: OpenPage) -> None:
+    """The bundled SmolLM2 on llama.cpp, through the page: it streams, ends, and shows its
+    figures; a Japanese question comes back without broken characters."""
+    page = open_page(model_server.url)
+    wait_connected(page)
+    send(page, "日本の首都はどこですか？")
+    answer = last_answer(page)
+    expect(answer).to_have_attribute("data-status", "done", timeout=60_000)
+    text = answer.locator(".markdown").inner_text()
+    assert text.strip() and "\ufffd" not in text
+    stats = answer.locator(".stats").inner_text()
+    assert "SmolLM2-135M-Instruct" in stats and "tokens/s" in stats, stats
+    shot(page, "real-model-light")
