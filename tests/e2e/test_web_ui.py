@@ -423,7 +423,9 @@ def test_connection_loss_reconnects_and_resumes(
         shot(page, "reconnecting-light")
 
         line["down"] = False
-        banner.get_by_role("button", name="Retry now").click()
+        # dispatch_event: the banner re-renders on every backoff tick and attempt, which can
+        # re-create the button between Playwright's stability check and its click
+        banner.get_by_role("button", name="Retry now").dispatch_event("click")
         wait_connected(page)
         answer = last_answer(page)
         expect(answer).to_have_attribute("data-status", "done", timeout=20_000)

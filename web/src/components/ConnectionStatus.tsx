@@ -1,4 +1,4 @@
-import { useEffect, useState } from 'react';
+import { useEffect, useRef, useState } from 'react';
 import type { TransportKind } from '../api/types';
 import type { ConnectionState } from '../api/wsClient';
 
@@ -25,16 +25,24 @@ export function ConnectionStatus({ kind, connection }: { kind: TransportKind; co
   );
 }
 
-/** The banner shown while the WebSocket is down, with the backoff countdown. */
+/** The banner shown while the WebSocket is down, with the backoff countdown. It stays up
+ * through each reconnect attempt, so its button is not pulled away under the pointer. */
 export function ConnectionBanner({ connection, onRetry }: { connection: ConnectionState; onRetry(): void }) {
   const reconnecting = connection.status === 'reconnecting';
+  const reason = useRef('');
+  if (reconnecting) reason.current = connection.reason;
+  if (connection.status === 'open' && connection.hello !== null) reason.current = '';
+  // An attempt under way (socket opening, or open but no hello yet) is still "lost".
+  const retrying =
+    reason.current !== '' &&
+    ((connection.status === 'connecting' && connection.attempt > 0) || (connection.status === 'open' && connection.hello === null));
   const now = useNow(reconnecting);
-  if (!reconnecting) return null;
-  const seconds = Math.max(0, Math.ceil((connection.retryAt - now) / 1000));
+  if (!reconnecting && !retrying) return null;
+  const seconds = reconnecting ? Math.max(0, Math.ceil((connection.retryAt - now) / 1000)) : 0;
   return (
     <div className="connection-banner" role="status">
       <span>
-        Connection lost: {connection.reason}. {seconds > 0 ? `Reconnecting in ${seconds} s…` : 'Reconnecting…'}
+        Connection lost: {reason.current}. {seconds > 0 ? `Reconnecting in ${seconds} s…` : 'Reconnecting…'}
       </span>
       <button type="button" className="button-ghost small" onClick={onRetry}>
         Retry now
