@@ -30,6 +30,24 @@ class StreamResult:
     deltas: int = 0
     gaps: list[float] = field(default_factory=list)
     error: str | None = None
+    started: float = 0.0
+    last: float = 0.0
+
+    def start(self) -> None:
+        self.started = self.last = time.perf_counter()
+
+    def arrived(self) -> None:
+        """One piece of text: the first sets time to first token, the rest the gaps."""
+        now = time.perf_counter()
+        if self.ttft == 0.0:
+            self.ttft = now - self.started
+        else:
+            self.gaps.append(now - self.last)
+        self.last = now
+        self.deltas += 1
+
+    def stop(self) -> None:
+        self.total = time.perf_counter() - self.started
 
 
 @dataclass
@@ -214,22 +232,15 @@ async def _ws_stream(url: str, args: argparse.Namespace,
 
     result = StreamResult()
     async with Client(url, api_key=args.api_key) as client:
-        t0 = time.perf_counter()
-        last = t0
+        result.start()
         gen = await client.generate(messages=messages, params={
             "max_tokens": args.max_tokens, "temperature": 0.0})
         try:
             async for _ in gen:
-                result.deltas += 1
-                now = time.perf_counter()
-                if result.ttft == 0.0:
-                    result.ttft = now - t0
-                else:
-                    result.gaps.append(now - last)
-                last = now
+                result.arrived()
         except ServerError as exc:
             result.error = exc.code
-        result.total = time.perf_counter() - t0
+        result.stop()
         if gen.end is not None:
             result.tokens = gen.end["usage"]["completion_tokens"]
     return result
@@ -249,8 +260,7 @@ async def _sse_stream(url: str, args: argparse.Namespace,
     async with httpx.AsyncClient(base_url=url.rstrip("/"), timeout=600) as http:
         # Connect first, as the WebSocket client does before its clock starts.
         await http.get("/v1/models", headers=headers)
-        t0 = time.perf_counter()
-        last = t0
+        result.start()
         async with http.stream("POST", "/v1/chat/completions", json=body,
                                headers=headers) as resp:
             if resp.status_code != 200:
@@ -264,14 +274,8 @@ async def _sse_stream(url: str, args: argparse.Namespace,
                     result.tokens = chunk["usage"]["completion_tokens"]
                 for choice in chunk.get("choices") or []:
                     if (choice.get("delta") or {}).get("content"):
-                        result.deltas += 1
-                        now = time.perf_counter()
-                        if result.ttft == 0.0:
-                            result.ttft = now - t0
-                        else:
-                            result.gaps.append(now - last)
-                        last = now
-        result.total = time.perf_counter() - t0
+                        result.arrived()
+        result.stop()
     return result
 
 
@@ -293,18 +297,12 @@ def _reference_run(args: argparse.Namespace, messages: list[dict[str, str]]) -> 
         _REFERENCE = Llama(model_path=path, n_ctx=2048, n_threads=threads,
                            n_threads_batch=threads, verbose=False)
     result = StreamResult()
-    t0 = time.perf_counter()
-    last = t0
+    result.start()
     for chunk in _REFERENCE.create_chat_completion(
         messages=messages, max_tokens=args.max_tokens, temperature=0.0, stream=True,
     ):
         if chunk["choices"][0]["delta"].get("content"):
-            now = time.perf_counter()
-            if result.ttft == 0.0:
-                result.ttft = now - t0
-            else:
-                result.gaps.append(now - last)
-            last = now
+            result.arrived()
             result.tokens += 1
-    result.total = time.perf_counter() - t0
+    result.stop()
     return RunResult("llama-cpp-python", [result], result.total)

@@ -40,8 +40,8 @@ def guide_config() -> str:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     if not Path(NGINX).is_file():
-        pytest.skip("nginx is not installed (apt-get install nginx-light) to check the "
-                    "guide's configuration")
+        pytest.fail("nginx is not installed: scripts/setup.sh --test installs nginx-light "
+                    "to check the guide's configuration")
     upstream = ServerProcess(("--engine", "fake"))
     upstream.wait_ready()
     replicas = [ServerProcess(("--engine", "openai", "--upstream", upstream.url,
