@@ -4,7 +4,8 @@
 # wheel cache makes later installs fast), and the built web UI.
 #   scripts/setup.sh          serve dependencies
 #   scripts/setup.sh --test   plus the test dependencies (transformers on CPU torch,
-#                             pytest, playwright, Debian's chromium)
+#                             pytest, playwright, Debian's chromium, and llama.cpp's
+#                             llama-server built into ~/.cache/tokenpipe)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,5 +57,10 @@ if [ "$want_test" = 1 ]; then
     sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
     $sudo apt-get update -qq && $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
+fi
+if [ "$want_test" = 1 ]; then
+  # llama.cpp's llama-server, an upstream in the openai engine's tests: built once (about
+  # 4 minutes) into ~/.cache/tokenpipe/llama-server-VERSION, outside the repository.
+  scripts/build-llama-server.sh >/dev/null
 fi
 say "ready"

@@ -1,5 +1,6 @@
 """The shared engine contract (tests/test_engine_contract.py) run on the openai engine, with
-a real tokenpipe server as its upstream: on the fake engine, and on the real model.
+a real server as its upstream: tokenpipe on the fake engine, tokenpipe on the real model,
+and llama.cpp's llama-server on the real model.
 
 Two clauses read differently for an engine without a tokenizer, and only those two are
 adapted here: the prompt's token count arrives with the finish (EngineStart says None), and
@@ -16,6 +17,7 @@ import pytest
 
 import tests.test_engine_contract as contract
 from tests.conftest import ServerProcess
+from tests.e2e.llama_server import LlamaServer
 from tests.test_engine_contract import (
     chat,
     test_cancelling_the_consumer_task_stops_the_stream,
@@ -46,8 +48,10 @@ __all__ = [  # the contract's own tests, collected here with this module's `engi
 ]
 
 CONTEXT = 4096
-# Both upstreams announce CONTEXT tokens per request as max_model_len: llama.cpp splits its
-# context over --parallel sequences, the fake engine gives each the whole --ctx-size.
+# Each upstream gives a request CONTEXT tokens: llama.cpp (in tokenpipe or llama-server)
+# splits its context over the parallel sequences, the fake engine gives each the whole
+# --ctx-size. tokenpipe announces it as max_model_len; llama-server announces nothing, so
+# the engine keeps the context_tokens it was given.
 UPSTREAMS = {
     "fake": ("--engine", "fake", "--ctx-size", str(CONTEXT)),
     "llamacpp": ("--threads", "2", "--ctx-size", str(CONTEXT * 2)),
@@ -55,18 +59,25 @@ UPSTREAMS = {
 
 
 @pytest.fixture(scope="module", params=[
-    "fake", pytest.param("llamacpp", marks=pytest.mark.model)])
-def upstream_server(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
-    if request.param == "llamacpp" and not os.environ.get("CI"):
+    "fake", pytest.param("llamacpp", marks=pytest.mark.model),
+    pytest.param("llama-server", marks=pytest.mark.model)])
+def upstream_server(request: pytest.FixtureRequest) -> Iterator[ServerProcess | LlamaServer]:
+    if request.param != "fake" and not os.environ.get("CI"):
         pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
-    server = ServerProcess((*UPSTREAMS[request.param], "--parallel", "2"))
-    server.wait_ready()
-    yield server
-    server.stop()
+    server: ServerProcess | LlamaServer
+    if request.param == "llama-server":
+        server = LlamaServer(ctx_size=CONTEXT * 2, parallel=2)
+    else:
+        server = ServerProcess((*UPSTREAMS[request.param], "--parallel", "2"))
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture
-async def engine(upstream_server: ServerProcess) -> AsyncIterator[Engine]:
+async def engine(upstream_server: ServerProcess | LlamaServer) -> AsyncIterator[Engine]:
     # Built in the test's own event loop: its HTTP connections belong to that loop.
     eng = OpenAIEngine([upstream_server.url], context_tokens=CONTEXT, parallel=2)
     await eng.load()

@@ -1,27 +1,22 @@
 """The openai engine on real models: a tokenpipe upstream on the bundled SmolLM2 (llama.cpp),
-and llama.cpp's own llama-server where it has been built."""
+and llama.cpp's own llama-server (built by `scripts/setup.sh --test`)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import subprocess
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import LOGS, ServerProcess, free_port
+from tests.conftest import ServerProcess
+from tests.e2e.llama_server import LlamaServer
 from tests.e2e.test_upstream import eventually
 from tokenpipe.client import Client
 
 pytestmark = [pytest.mark.e2e, pytest.mark.model]
 
-LLAMA_SERVER = Path(os.environ.get(
-    "LLAMA_SERVER", "/work/ref/llama_cpp_python-0.3.36/build/bin/llama-server"))
 STORY = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
 CODE = [{"role": "system", "content": "You are a Python expert."},
         {"role": "user", "content": "Write a Python function that reverses a string."}]
@@ -111,45 +106,30 @@ async def test_cancel_through_the_proxy_stops_the_upstream_generation(
 
 
 @pytest.fixture(scope="module")
-def llama_server() -> Iterator[str]:
+def llama_server() -> Iterator[LlamaServer]:
+    """Built by `scripts/setup.sh --test` (a missing binary fails: see LlamaServer)."""
     _needs_llama_cpp()
-    from tokenpipe.engines.llamacpp import default_model_path
-
-    port = free_port()
-    LOGS.mkdir(parents=True, exist_ok=True)
-    with (LOGS / f"llama-server-{port}.log").open("wb") as log:
-        proc = subprocess.Popen([str(LLAMA_SERVER), "-m", str(default_model_path()), "-t", "2",
-                                 "-c", "8192", "-np", "8", "--port", str(port)],
-                                stdout=log, stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 120
-            while True:
-                assert proc.poll() is None, "llama-server exited; see its log in artifacts/"
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(url + "/health", timeout=2).status_code == 200:
-                        break
-                assert time.monotonic() < deadline, "llama-server did not become ready"
-                time.sleep(0.2)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    server = LlamaServer(ctx_size=8192, parallel=8)
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
 
 
-@pytest.mark.skipif(not LLAMA_SERVER.is_file(), reason=(
-    "llama.cpp's llama-server is not built here (a 5-minute build CI does not do); "
-    "set LLAMA_SERVER to its path to run this"))
-async def test_proxy_in_front_of_llama_server(llama_server: str) -> None:
-    proxy = ServerProcess(("--engine", "openai", "--upstream", llama_server))
+def slots_busy(server: LlamaServer) -> list[int]:
+    """Ids of llama-server's slots that are generating (its GET /slots)."""
+    slots = httpx.get(server.url + "/slots", timeout=5).json()
+    return [s["id"] for s in slots if s.get("is_processing")]
+
+
+async def test_proxy_in_front_of_llama_server(llama_server: LlamaServer) -> None:
+    upstream = llama_server.url
+    proxy = ServerProcess(("--engine", "openai", "--upstream", upstream))
     try:
         proxy.wait_ready()
         async with httpx.AsyncClient(timeout=120) as http:
-            direct = (await http.post(llama_server + "/v1/chat/completions", json={
+            direct = (await http.post(upstream + "/v1/chat/completions", json={
                 "messages": CODE, "max_tokens": 60, "temperature": 0})).json()
         async with Client(proxy.ws_url) as client:
             gens = [await client.generate(CODE, params={"max_tokens": 60, "temperature": 0})
@@ -165,8 +145,12 @@ async def test_proxy_in_front_of_llama_server(llama_server: str) -> None:
             async for _ in gen:
                 if len(gen.deltas) >= 3:
                     break
+            assert slots_busy(llama_server), "the upstream is generating the story"
             await gen.cancel()
             await gen.collect()
         assert gen.end is not None and gen.end["finish_reason"] == "cancelled"
+        # On llama-server's side: its slot stops long before the 1000 tokens.
+        await eventually(lambda: not slots_busy(llama_server),
+                         "llama-server freed the slot", within_s=10)
     finally:
         proxy.stop()
