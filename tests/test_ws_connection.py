@@ -71,3 +71,35 @@ async def test_a_backed_up_socket_gets_merged_deltas_and_the_engine_runs_on() ->
     after = [f for f in sock.sent[held:] if f["type"] == "delta"]
     assert len(after) <= 2  # everything produced while held went out merged
     assert sum(len(d["text"]) for d in after) > 1000
+
+
+def test_delta_frames_are_the_json_the_protocol_module_writes() -> None:
+    """The hand-templated delta frame equals json.dumps of the dict, for awkward texts."""
+    from tokenpipe.protocol import ws as wire
+    from tokenpipe.server.ws import _Stream, event_frame
+    from tokenpipe.session import Delta, Finished
+
+    stream = _Stream(None, None, wire.dumps("a.b-c_9"))  # type: ignore[arg-type]
+    texts = ['say "hi"', "back\\slash", "tab\there\nnew", "\x00\x1f\x7f", "日本語 🎉👩‍💻",
+             "</script>", "\u2028\u2029", " "]
+    for seq, text in enumerate(texts):
+        event = Delta(seq, text)
+        made = stream.frame("a.b-c_9", event)
+        assert made == wire.dumps(event_frame("a.b-c_9", event))
+        assert json.loads(made) == {"type": "delta", "id": "a.b-c_9", "seq": seq, "text": text}
+    from tokenpipe.types import FinishReason, Timing, Usage
+    end = Finished(FinishReason.STOP, Usage(1, 2), Timing(0.0, 1.0, 2.0, 3.0))
+    assert json.loads(stream.frame("a.b-c_9", end))["type"] == "end"
+
+
+def test_text_frame_headers_match_the_websockets_library() -> None:
+    """FrameSink writes frame headers itself; they must be the RFC 6455 bytes websockets
+    would write for an unmasked final text frame, at every length boundary."""
+    from websockets.frames import Frame, Opcode
+
+    from tokenpipe.server.ws import _text_header
+
+    for n in (0, 1, 125, 126, 127, 65535, 65536, 70000):
+        payload = b"x" * n
+        assert _text_header(n) + payload == Frame(Opcode.TEXT, payload).serialize(
+            mask=False, extensions=[])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import statistics
 import time
@@ -55,6 +56,7 @@ class RunResult:
     label: str
     streams: list[StreamResult]
     wall: float
+    server_cpu: float | None = None  # seconds of the server's CPU, where /metrics tells
 
     def summary(self) -> dict[str, Any]:
         ok = [s for s in self.streams if s.error is None]
@@ -76,6 +78,10 @@ class RunResult:
             "per_stream_tok_s": statistics.mean(per_stream) if per_stream else 0.0,
             "tokens": tokens,
             "deltas_per_s": deltas / self.wall if self.wall else 0.0,
+            "deltas": deltas,
+            "server_cpu_s": self.server_cpu,
+            "server_us_per_delta": (self.server_cpu / deltas * 1e6
+                                    if self.server_cpu is not None and deltas else None),
         }
 
 
@@ -165,10 +171,15 @@ def _print(result: RunResult, as_json: bool) -> None:
           f"aggregate {s['aggregate_tok_s']:7.1f} tok/s, per stream "
           f"{s['per_stream_tok_s']:6.1f} tok/s ({s['tokens']} tokens, "
           f"{s['deltas_per_s']:.0f} deltas/s)")
+    if s["server_us_per_delta"] is not None:
+        print(f"{'':20s} server CPU {s['server_cpu_s']:.2f} s: "
+              f"{s['server_us_per_delta']:.1f} us per delta, "
+              f"{s['server_cpu_s'] / s['tokens'] * 1e6 if s['tokens'] else 0:.1f} us per token")
 
 
 async def _server_run(label: str, api: str, url: str, args: argparse.Namespace,
                       messages: list[dict[str, str]]) -> RunResult:
+    cpu0 = await _server_cpu(url)
     t0 = time.perf_counter()
     if args.procs <= 1:
         streams = await _streams(api, url, args, messages, args.concurrency)
@@ -182,7 +193,30 @@ async def _server_run(label: str, api: str, url: str, args: argparse.Namespace,
             parts = await asyncio.gather(*(loop.run_in_executor(
                 pool, _streams_in_process, api, url, args, messages, n) for n in share if n))
         streams = [s for part in parts for s in part]
-    return RunResult(label, list(streams), time.perf_counter() - t0)
+    wall = time.perf_counter() - t0
+    cpu1 = await _server_cpu(url)
+    cpu = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None
+    return RunResult(label, list(streams), wall, cpu)
+
+
+def _base_url(url: str) -> str:
+    base = url.replace("ws://", "http://").replace("wss://", "https://")
+    return base.rstrip("/").removesuffix("/ws")
+
+
+async def _server_cpu(url: str) -> float | None:
+    """The server's process_cpu_seconds_total from /metrics (tokenpipe's), else None."""
+    import re
+
+    import httpx
+
+    try:
+        async with httpx.AsyncClient(timeout=5) as http:
+            text = (await http.get(_base_url(url) + "/metrics")).text
+    except httpx.HTTPError:
+        return None
+    found = re.search(r"^process_cpu_seconds_total ([0-9.e+]+)$", text, re.M)
+    return float(found.group(1)) if found else None
 
 
 async def _streams(api: str, url: str, args: argparse.Namespace,
@@ -203,8 +237,7 @@ async def _idle(args: argparse.Namespace) -> int:
     import httpx
     import websockets
 
-    base = args.url.replace("ws://", "http://").replace("wss://", "https://")
-    base = base.removesuffix("/ws")
+    base = _base_url(args.url)
 
     def rss() -> float:
         text = httpx.get(base + "/metrics", timeout=10).text
@@ -226,23 +259,91 @@ async def _idle(args: argparse.Namespace) -> int:
     return 0
 
 
+class _WsLoad(asyncio.Protocol):
+    """One tokenpipe.v1 stream on websockets' sans-I/O protocol, with no task or queue per
+    frame: a load generator must cost far less per delta than the server it measures."""
+
+    def __init__(self, url: str, api_key: str | None, request: dict[str, Any],
+                 result: StreamResult) -> None:
+        from websockets.client import ClientProtocol
+        from websockets.uri import parse_uri
+
+        subprotocols = ["tokenpipe.v1"]
+        if api_key:
+            token = base64.urlsafe_b64encode(api_key.encode()).decode().rstrip("=")
+            subprotocols.append(f"tokenpipe.bearer.{token}")
+        self.ws = ClientProtocol(parse_uri(url), subprotocols=subprotocols)  # type: ignore[arg-type]
+        self.request = json.dumps(request)
+        self.result = result
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.ws.send_request(self.ws.connect())
+        self._flush()
+
+    def data_received(self, data: bytes) -> None:
+        from websockets.frames import Opcode
+
+        self.ws.receive_data(data)
+        for event in self.ws.events_received():
+            if getattr(event, "opcode", None) is Opcode.TEXT:
+                self._frame(json.loads(event.data))  # type: ignore[attr-defined]
+            elif getattr(event, "status_code", 101) != 101:
+                self._end(f"http {event.status_code}")  # type: ignore[attr-defined]
+        self._flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end("connection_closed")
+
+    def _frame(self, frame: dict[str, Any]) -> None:
+        kind = frame["type"]
+        if kind == "delta":
+            self.result.arrived()
+        elif kind == "hello":
+            self.result.start()
+            self.ws.send_text(self.request.encode())
+        elif kind == "end":
+            self.result.stop()
+            self.result.tokens = frame["usage"]["completion_tokens"]
+            self._end(None)
+        elif kind == "error":
+            self._end(str(frame.get("code")))
+
+    def _end(self, error: str | None) -> None:
+        if not self.done.done():
+            if error is not None:
+                self.result.error = error
+            self.done.set_result(None)
+            self.ws.send_close(1000)
+            self._flush()
+            if self.transport is not None:
+                self.transport.close()
+
+    def _flush(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            data = b"".join(self.ws.data_to_send())
+            if data:
+                self.transport.write(data)
+
+
 async def _ws_stream(url: str, args: argparse.Namespace,
                      messages: list[dict[str, str]]) -> StreamResult:
-    from .client import Client, ServerError
+    """Opens the connection, then the clock starts when the server says hello."""
+    from urllib.parse import urlsplit
 
     result = StreamResult()
-    async with Client(url, api_key=args.api_key) as client:
-        result.start()
-        gen = await client.generate(messages=messages, params={
-            "max_tokens": args.max_tokens, "temperature": 0.0})
-        try:
-            async for _ in gen:
-                result.arrived()
-        except ServerError as exc:
-            result.error = exc.code
-        result.stop()
-        if gen.end is not None:
-            result.tokens = gen.end["usage"]["completion_tokens"]
+    request = {"type": "generate", "id": "bench", "messages": messages,
+               "params": {"max_tokens": args.max_tokens, "temperature": 0.0}}
+    parts = urlsplit(url)
+    if parts.scheme != "ws":
+        raise SystemExit("bench over WebSocket speaks ws:// (put TLS in front of it elsewhere)")
+    loop = asyncio.get_running_loop()
+    _, proto = await loop.create_connection(
+        lambda: _WsLoad(url, args.api_key, request, result), parts.hostname,
+        parts.port or 80)
+    await proto.done
     return result
 
 

@@ -196,12 +196,13 @@ class Scheduler:
         stream = self.engine.stream(prepared)
         try:
             itl = self.metrics.itl if self.metrics is not None else None
-            last = time.perf_counter()
+            last = 0.0  # the first text has no gap before it (that is time to first token)
             async for event in stream:
                 if isinstance(event, EngineText):
                     if itl is not None and event.text:
                         now = time.perf_counter()
-                        itl.observe(now - last)
+                        if last:
+                            itl.observe(now - last)
                         last = now
                     session.add_text(stop.feed(event.text), event.tokens)
                     if stop.stopped:

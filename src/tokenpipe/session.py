@@ -2,8 +2,8 @@
 
 The scheduler runs the engine and writes into the session; one adapter at a time reads it
 through a cursor. Text is kept as pending pieces until a reader takes them: a reader that
-keeps up gets one delta per engine step, a reader whose socket is backed up gets the
-pieces merged into one delta, and `seq` stays contiguous either way. A resumable session
+keeps up gets one delta per piece the engine produced, a reader whose socket is backed up
+gets the pieces merged into one delta, and `seq` stays contiguous either way. A resumable session
 keeps every delta it has sealed so a new reader can replay from any seq.
 """
 
@@ -157,10 +157,14 @@ class GenerationSession:
         return self._base + len(self._sealed)
 
     # ---- internals ----------------------------------------------------------------------
-    def _seal(self) -> None:
-        if self._pending:
-            self._sealed.append("".join(self._pending))
-            self._pending.clear()
+    def _seal(self, merge: bool) -> None:
+        pending = self._pending
+        if len(pending) == 1 or (merge and pending):
+            self._sealed.append("".join(pending))
+            pending.clear()
+        elif pending:
+            self._sealed.extend(pending)
+            pending.clear()
 
     def _forget_before(self, seq: int) -> None:
         if not self.resumable and seq > self._base:
@@ -204,7 +208,9 @@ class Cursor:
         self._sent_start = False
         self._sent_final = False
 
-    def poll(self) -> list[Event]:
+    def poll(self, merge: bool = True) -> list[Event]:
+        """Every event not yet taken. `merge`: pending pieces of text become one delta (for
+        a reader that fell behind); else one delta per piece."""
         s = self.session
         out: list[Event] = []
         if self._sent_final:
@@ -217,7 +223,7 @@ class Cursor:
         if not self._sent_start and (s.started_at is not None or s.final is None):
             self._sent_start = True
             out.append(Started(s.model, s.prompt_tokens, s.stream_token))
-        s._seal()
+        s._seal(merge)
         for seq in range(max(self.after + 1, s._base), s.next_seq):
             out.append(Delta(seq, s._sealed[seq - s._base]))
         self.after = s.next_seq - 1

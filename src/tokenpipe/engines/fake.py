@@ -6,7 +6,8 @@ Utf8Decoder as llama.cpp's. Directives in the last message steer one request:
 
     [[echo]]            answer with the message text itself (without directives)
     [[fail_after=N]]    raise an engine fault after N tokens
-    [[pace_ms=N]]       sleep N ms per token for this request
+    [[pace_ms=N]]       one token every N ms (decimals allowed) for this request; a reader
+                        that falls behind gets the tokens that are due back to back
     [[tokens=N]]        answer with exactly N tokens (repeating the script), then stop
 """
 
@@ -35,7 +36,7 @@ SCRIPT = (
     "日本語も大丈夫です。絵文字も 🎉🚀👩‍💻 そのまま届きます。\n\n"
     "- item one\n- item two\n\nThe end."
 )
-_DIRECTIVE = re.compile(r"\[\[(echo|fail_after|pace_ms|tokens)(?:=(\d+))?\]\]")
+_DIRECTIVE = re.compile(r"\[\[(echo|fail_after|pace_ms|tokens)(?:=(\d+(?:\.\d+)?))?\]\]")
 _TOKEN_SIZES = (1, 2, 3, 1, 3, 2)
 
 
@@ -97,26 +98,37 @@ class FakeEngine(Engine):
     async def stream(self, prepared: PreparedRequest) -> AsyncIterator[EngineEvent]:
         request = prepared.request
         last = request.prompt if request.prompt is not None else request.messages[-1].content  # type: ignore[index]
-        directives = {m.group(1): int(m.group(2) or 0) for m in _DIRECTIVE.finditer(last)}
+        directives = {m.group(1): float(m.group(2) or 0) for m in _DIRECTIVE.finditer(last)}
         script = self.script_ids
         if "echo" in directives:
             script = fake_tokenize(_DIRECTIVE.sub("", last).strip().encode()) or script
-        n_script = directives.get("tokens", len(script))
-        fail_after = directives.get("fail_after")
+        n_script = int(directives.get("tokens", len(script)))
+        fail_after = int(directives["fail_after"]) if "fail_after" in directives else None
         pace = directives.get("pace_ms", self.pace_ms) / 1000.0
         yield EngineStart(prepared.prompt_tokens)
         decoder = Utf8Decoder()
         produced = 0
         limit = min(prepared.max_tokens, n_script)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
         while produced < limit:
-            if fail_after is not None and produced >= fail_after:
-                raise EngineError(f"fake engine fault after {produced} tokens")
+            # Token i is due at t0 + i * pace, like a model that decodes at a fixed rate
+            # whatever its reader does: woken late (a busy loop), it hands over every token
+            # that is due, back to back, as an engine thread's queue would.
+            due = 1
             if pace > 0:
-                await asyncio.sleep(pace)
+                wait = t0 + (produced + 1) * pace - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                due = max(1, int((loop.time() - t0) / pace) - produced)
             else:
-                await asyncio.sleep(0)
-            produced += 1
-            yield EngineText(decoder.feed(fake_token_bytes(script[(produced - 1) % len(script)])))
+                await asyncio.sleep(0)  # full speed: one token per turn of the event loop
+            for _ in range(min(due, limit - produced)):
+                if fail_after is not None and produced >= fail_after:
+                    raise EngineError(f"fake engine fault after {produced} tokens")
+                produced += 1
+                piece = fake_token_bytes(script[(produced - 1) % len(script)])
+                yield EngineText(decoder.feed(piece))
         tail = decoder.flush()
         if tail:
             yield EngineText(tail, tokens=0)

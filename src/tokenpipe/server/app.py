@@ -16,7 +16,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import Scope
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import __version__
 from ..config import Settings, build_engines
@@ -25,7 +25,7 @@ from ..logs import setup_logging
 from ..scheduler import Scheduler
 from .openai import router as openai_router
 from .runtime import Runtime
-from .ws import websocket_endpoint
+from .ws import RAW_SEND, websocket_endpoint
 
 log = logging.getLogger("tokenpipe.server")
 STATIC = Path(__file__).with_name("static")
@@ -44,6 +44,19 @@ class UIFiles(StaticFiles):
                 return HTMLResponse(_NO_UI)
             return PlainTextResponse("Not Found", status_code=404)
         return await super().get_response(path, scope)
+
+
+class KeepRawSend:
+    """Puts the server's own `send` into a WebSocket's scope before the framework wraps it,
+    so that /ws can write frames to uvicorn's connection directly (see ws.FrameSink)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            scope[RAW_SEND] = send
+        await self.app(scope, receive, send)
 
 
 def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
@@ -91,6 +104,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
                         media_type=CONTENT_TYPE_LATEST)
 
     app.add_api_websocket_route("/ws", websocket_endpoint)
+    app.add_middleware(KeepRawSend)
     app.include_router(openai_router)
 
     app.mount("/", UIFiles(directory=STATIC, html=True, check_dir=False), name="ui")

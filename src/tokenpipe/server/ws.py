@@ -1,8 +1,11 @@
 """/ws: tokenpipe.v1 (JSON, multiplexed) when offered, else the article's plain-text mode.
 
 One connection = one reader task (frames in) and one writer task (frames out), raced: the
-first to end cancels the other. The writer pulls from sessions only when the socket has
-taken the previous frames, so a slow client gets merged deltas instead of a growing queue.
+first to end cancels the other. News from sessions is flushed once per event-loop turn and
+connection, in one transport write, straight from a loop callback while the socket takes
+data; when it is backed up, the writer task waits for it (up to the slow-client bound) and
+the session merges what piles up meanwhile, so a slow client gets merged deltas instead of
+a growing queue.
 """
 
 from __future__ import annotations
@@ -12,10 +15,12 @@ import contextlib
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
+from websockets.protocol import State as WsState
 
 from ..errors import BadRequest, DuplicateId, TokenpipeError, TooManyStreams, UnknownId
 from ..protocol import ws as wire
@@ -70,6 +75,93 @@ async def _refuse_busy(websocket: WebSocket, json_mode: bool, limit: int) -> Non
 class _Stream:
     session: GenerationSession
     cursor: Cursor
+    id_json: str = field(default="")
+
+    def frame(self, stream_id: str, event: Event) -> str:
+        """The event's frame as JSON text; a delta (nearly every frame) without a dict."""
+        if isinstance(event, Delta):
+            return (f'{{"type":"delta","id":{self.id_json},"seq":{event.seq},'
+                    f'"text":{encode_basestring(event.text)}}}')
+        return wire.dumps(event_frame(stream_id, event))
+
+
+RAW_SEND = "tokenpipe.raw_send"  # scope key: the server's own ASGI send (see app.py)
+
+
+class FrameSink:
+    """Writes text frames to one client.
+
+    On uvicorn's websockets-sansio protocol (what `tokenpipe serve` runs) frames go
+    straight into its websockets connection and out in one transport write per batch,
+    without a coroutine per frame; anywhere else (test clients, other servers) through the
+    ASGI send, one frame at a time.
+    """
+
+    def __init__(self, websocket: WebSocket) -> None:
+        self.ws = websocket
+        scope = getattr(websocket, "scope", None) or {}
+        proto = getattr(scope.get(RAW_SEND), "__self__", None)
+        self.proto = proto if _is_sansio(proto) else None
+
+    @property
+    def direct(self) -> bool:
+        return self.proto is not None
+
+    def ready(self) -> bool:
+        """True when a direct write would not queue behind data the client has not read."""
+        return self.proto is not None and self.proto.writable.is_set()
+
+    def write_now(self, texts: list[str]) -> None:
+        """Direct path only; frames to a connection that is gone are dropped (its reader
+        sees the disconnect and ends the connection)."""
+        proto = self.proto
+        conn = proto.conn
+        if (proto.disconnected or proto.close_sent or proto.transport.is_closing()
+                or conn.state is not WsState.OPEN):
+            return
+        parts = conn.data_to_send()  # empty: uvicorn flushes after each of its own sends
+        for text in texts:
+            data = text.encode()
+            parts.append(_text_header(len(data)))
+            parts.append(data)
+        proto.transport.write(b"".join(parts))
+
+    async def write(self, texts: list[str], timeout: float) -> None:
+        """Raises TimeoutError when the client has not taken data for `timeout` seconds."""
+        if self.proto is None:
+            async with asyncio.timeout(timeout):  # one deadline per batch, not per frame
+                for text in texts:
+                    await self.ws.send_text(text)
+            return
+        if not self.proto.writable.is_set():
+            async with asyncio.timeout(timeout):
+                await self.proto.writable.wait()
+        self.write_now(texts)
+
+
+_SHORT_HEADERS = [bytes((0x81, n)) for n in range(126)]
+
+
+def _text_header(n: int) -> bytes:
+    """RFC 6455 header of a final, unmasked text frame of n payload bytes (server side)."""
+    if n < 126:
+        return _SHORT_HEADERS[n]
+    if n < 65536:
+        return b"\x81\x7e" + n.to_bytes(2, "big")
+    return b"\x81\x7f" + n.to_bytes(8, "big")
+
+
+def _is_sansio(proto: object) -> bool:
+    try:
+        from uvicorn.protocols.websockets.websockets_sansio_impl import (
+            WebSocketsSansIOProtocol,
+        )
+    except ImportError:  # pragma: no cover - another uvicorn
+        return False
+    return (isinstance(proto, WebSocketsSansIOProtocol)
+            and all(hasattr(proto, a) for a in ("conn", "transport", "writable",
+                                                 "disconnected", "close_sent"))
+            and not proto.conn.extensions)  # frames are written as they are: no deflate
 
 
 async def _race(*coros: Any) -> None:
@@ -144,6 +236,9 @@ class JsonConnection:
         self.streams: dict[str, _Stream] = {}
         self.outbox: deque[dict[str, Any]] = deque()
         self.dirty: dict[str, None] = {}  # ordered set of stream ids with news
+        self.sink = FrameSink(websocket)
+        self.loop = asyncio.get_running_loop()
+        self.kicked = False  # a flush is scheduled for this loop turn
         self.wake = asyncio.Event()
         self.sending = False  # the writer holds frames it has taken but not yet sent
         self.settled = asyncio.Event()  # set when the writer has nothing left to send
@@ -178,11 +273,47 @@ class JsonConnection:
         if frame["type"] == "error":
             self.runtime.metrics.errors.labels(frame["code"]).inc()
         self.outbox.append(frame)
-        self.wake.set()
+        self._kick()
 
     def _mark(self, stream_id: str) -> None:
         self.dirty[stream_id] = None
-        self.wake.set()
+        self._kick()
+
+    def _kick(self) -> None:
+        if not self.sink.direct:
+            self.wake.set()
+        elif not self.kicked:
+            self.kicked = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Once per loop turn with news: everything pending, in one write, unless the
+        socket is backed up (or the writer is busy): then the writer task takes over."""
+        self.kicked = False
+        if self.sending or not self.sink.ready():
+            self.wake.set()
+            return
+        texts = self._collect(merge=False)
+        if texts:
+            self.sink.write_now(texts)
+        if not self.streams:
+            self.settled.set()
+
+    def _collect(self, merge: bool) -> list[str]:
+        """Every pending frame as text, in order; streams that sent their final frame end.
+        `merge`: the socket was backed up, so each stream's pending text goes as one delta."""
+        texts = [wire.dumps(frame) for frame in self.outbox]
+        self.outbox.clear()
+        dirty = list(self.dirty)
+        self.dirty.clear()
+        for stream_id in dirty:
+            stream = self.streams.get(stream_id)
+            if stream is None:
+                continue
+            texts.extend(stream.frame(stream_id, e) for e in stream.cursor.poll(merge))
+            if stream.cursor.finished:
+                self._release(stream_id, stream, connection_lost=False)
+        return texts
 
     def _release(self, stream_id: str, stream: _Stream, *, connection_lost: bool) -> None:
         self.streams.pop(stream_id, None)
@@ -274,7 +405,7 @@ class JsonConnection:
         self._adopt(stream_id, session, cursor)
 
     def _adopt(self, stream_id: str, session: GenerationSession, cursor: Cursor) -> None:
-        self.streams[stream_id] = _Stream(session, cursor)
+        self.streams[stream_id] = _Stream(session, cursor, encode_basestring(stream_id))
         session.owner = self
         session.client_id = stream_id
         session.attach(lambda: self._mark(stream_id))
@@ -296,21 +427,9 @@ class JsonConnection:
             self.wake.clear()
             self.sending = True
             while self.outbox or self.dirty:
-                frames = list(self.outbox)
-                self.outbox.clear()
-                dirty = list(self.dirty)
-                self.dirty.clear()
-                for stream_id in dirty:
-                    stream = self.streams.get(stream_id)
-                    if stream is None:
-                        continue
-                    frames.extend(event_frame(stream_id, e) for e in stream.cursor.poll())
-                    if stream.cursor.finished:
-                        self._release(stream_id, stream, connection_lost=False)
-                try:  # one deadline per batch: a timer per frame costs more than a send
-                    async with asyncio.timeout(timeout):
-                        for frame in frames:
-                            await self.ws.send_text(wire.dumps(frame))
+                texts = self._collect(merge=True)
+                try:
+                    await self.sink.write(texts, timeout)
                 except TimeoutError:
                     log.warning("client stopped reading for %.0f s; dropping it", timeout)
                     self.dropped = True
