@@ -24,7 +24,8 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--parallel", type=int, help="sequences decoded together (default 8)")
     p.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
     p.add_argument("--device", help="transformers engine: cpu, cuda or auto")
-    p.add_argument("--fake-pace-ms", type=float, help="fake engine: delay per token")
+    p.add_argument("--fake-pace-ms", type=float,
+                   help="fake engine: one token every N ms per stream (0: one per loop turn)")
     p.add_argument("--upstream", help="openai engine: upstream base URL(s), comma-separated")
     p.add_argument("--upstream-key", help="openai engine: the upstream's API key")
     p.add_argument("--upstream-first-token-timeout-s", type=float,
