@@ -9,10 +9,9 @@ import json
 import logging
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-import httpx
 
 from ..errors import (
     BadRequest,
@@ -87,7 +86,7 @@ def handle_event(data: str, progress: Progress, replica: Replica, *, streamed: b
                           f"object: {data[:200]!r}")
     if "error" in chunk:
         message, code, kind = error_fields(data.encode())
-        if streamed:
+        if streamed or progress.texts:  # text came first (maybe in the same read)
             raise EngineError(f"upstream {replica.base} failed mid-answer: {message}")
         error = _classify(400 if _CONTEXT_ERROR.search(f"{message} {code} {kind}") else 500,
                           replica, message, code, kind)
@@ -123,15 +122,16 @@ def finish_events(progress: Progress, replica: Replica) -> list[EngineEvent]:
     return events
 
 
-def refusal(replica: Replica, response: httpx.Response) -> Exception:
-    """The error for a non-200 answer: a Retry where another replica may do better."""
-    status = response.status_code
-    message, code, kind = error_fields(response.content)
+def refusal(replica: Replica, status: int, body: bytes, headers: Mapping[str, str]
+            ) -> Exception:
+    """The error for a non-200 answer (headers: lower-case names): a Retry where another
+    replica may do better."""
+    message, code, kind = error_fields(body)
     error = _classify(status, replica, message, code, kind)
     if isinstance(error, BadRequest) and error.param is None:
-        error.param = _error_param(response.content)  # the field the client should fix
+        error.param = _error_param(body)  # the field the client should fix
     if status == 429:
-        error.retry_after_ms = _retry_after_ms(response.headers) or 1000
+        error.retry_after_ms = _retry_after_ms(headers) or 1000
     if status in (502, 503, 504):
         replica.mark(False, f"upstream {replica.base} answered {status}: {message}")
     if isinstance(error, UnknownModel):  # this replica lost the model; others may have it
@@ -178,7 +178,7 @@ def _error_param(body: bytes) -> str | None:
     return param if isinstance(param, str) and param else None
 
 
-def _retry_after_ms(headers: httpx.Headers) -> int | None:
+def _retry_after_ms(headers: Mapping[str, str]) -> int | None:
     with contextlib.suppress(ValueError):
         if "retry-after-ms" in headers:
             return max(0, int(float(headers["retry-after-ms"])))

@@ -27,6 +27,7 @@ import dataclasses
 import json
 import logging
 import re
+import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
@@ -34,6 +35,7 @@ import httpx
 
 from ..errors import ContextOverflow, EngineError, EngineUnavailable, Overloaded, TokenpipeError
 from ..types import EngineEvent, EngineStart, GenerationRequest
+from . import _http1 as http1
 from ._openai_wire import (
     Progress,
     Replica,
@@ -81,6 +83,8 @@ class OpenAIEngine(Engine):
         self.first_token_timeout_s = first_token_timeout_s
         self.idle_timeout_s = idle_timeout_s
         self._client: httpx.AsyncClient | None = None
+        self._origins: dict[str, http1.Origin] = {}
+        self._post_headers: dict[str, str] = {}
         self._watcher: asyncio.Task[None] | None = None
         self._turn = 0
 
@@ -96,8 +100,18 @@ class OpenAIEngine(Engine):
     # ---- lifecycle ----------------------------------------------------------------------
     async def load(self) -> None:
         headers = {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        # One TLS context for both clients: the system's CAs, and SSL_CERT_FILE /
+        # SSL_CERT_DIR where set (how a private CA is trusted).
+        tls = (ssl.create_default_context()
+               if any(r.base.startswith("https:") for r in self.replicas) else None)
+        # Streamed completions: the small HTTP/1.1 client (see _http1: the hot path).
+        self._origins = {r.base: http1.Origin(r.base, tls, max_idle=self.info.max_batch)
+                         for r in self.replicas}
+        self._post_headers = {"content-type": "application/json",
+                              "accept": "text/event-stream", **headers}
+        # Model listing and health checks: httpx.
         self._client = httpx.AsyncClient(
-            headers=headers, trust_env=False,
+            headers=headers, trust_env=False, verify=tls or True,
             timeout=httpx.Timeout(None, connect=min(CONNECT_TIMEOUT_S,
                                                     self.first_token_timeout_s)),
             limits=httpx.Limits(max_connections=None,
@@ -120,6 +134,8 @@ class OpenAIEngine(Engine):
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+        for origin in self._origins.values():
+            origin.close()
         for replica in self.replicas:
             replica.mark(False, "closed")
 
@@ -288,26 +304,23 @@ class OpenAIEngine(Engine):
     async def _attempt(self, replica: Replica, path: str, body: bytes
                        ) -> AsyncGenerator[EngineEvent, None]:
         """One upstream request. Raises Retry for a failure before the first token."""
-        if self._client is None:
+        origin = self._origins.get(replica.base)
+        if self._client is None or origin is None:
             raise EngineUnavailable("the openai engine is closed")
-        request = self._client.build_request(
-            "POST", replica.base + path, content=body,
-            headers={"content-type": "application/json", "accept": "text/event-stream"})
         decoder = SSEDecoder()
         progress = Progress()
-        response: httpx.Response | None = None
-        chunks: AsyncIterator[bytes] | None = None
+        conn: http1.Connection | None = None
         try:
             # Up to the first token: nothing is passed on yet, so any failure may move on.
             try:
                 async with asyncio.timeout(self.first_token_timeout_s):
-                    response = await self._client.send(request, stream=True)
-                    if response.status_code != 200:
-                        await response.aread()
-                        raise refusal(replica, response)
-                    chunks = response.aiter_bytes()
+                    conn = await origin.request(
+                        "POST", path, body, self._post_headers,
+                        connect_timeout_s=min(CONNECT_TIMEOUT_S, self.first_token_timeout_s))
+                    if conn.status != 200:
+                        raise refusal(replica, conn.status, await conn.read(), conn.headers)
                     while not progress.texts and not progress.done:
-                        raw = await anext(chunks, None)
+                        raw = await conn.receive()
                         if raw is None:
                             raise Retry(EngineError(f"upstream {replica.base} closed the "
                                                      "stream before the first token"))
@@ -317,9 +330,9 @@ class OpenAIEngine(Engine):
                 raise Retry(EngineError(
                     f"upstream {replica.base} sent no token within the first-token timeout "
                     f"of {self.first_token_timeout_s:g} s")) from None
-            except httpx.HTTPError as exc:
+            except http1.HTTPError as exc:
                 replica.mark(False, f"upstream {replica.base} failed: {describe(exc)}")
-                verb = "unreachable" if isinstance(exc, httpx.ConnectError) else "failed"
+                verb = "unreachable" if isinstance(exc, http1.ConnectError) else "failed"
                 raise Retry(EngineError(f"upstream {replica.base} {verb}: "
                                          f"{describe(exc)}")) from None
             # From here on the text is this replica's: a failure ends the generation.
@@ -331,11 +344,11 @@ class OpenAIEngine(Engine):
                     break
                 try:
                     async with asyncio.timeout(self.idle_timeout_s):
-                        raw = await anext(chunks, None)
+                        raw = await conn.receive()
                 except TimeoutError:
                     raise EngineError(f"upstream {replica.base} sent nothing for "
                                       f"{self.idle_timeout_s:g} s mid-answer") from None
-                except httpx.HTTPError as exc:
+                except http1.HTTPError as exc:
                     replica.mark(False, f"upstream {replica.base} failed: {describe(exc)}")
                     raise EngineError(f"upstream {replica.base} failed mid-answer after "
                                       f"{progress.texts} tokens: {describe(exc)}") from None
@@ -352,14 +365,14 @@ class OpenAIEngine(Engine):
             for event in finished:
                 yield event
         finally:
-            if response is not None:
-                if progress.complete and chunks is not None:
+            if conn is not None:
+                if progress.complete:
                     # Read the body's end so the connection goes back to the pool.
-                    with contextlib.suppress(httpx.HTTPError, TimeoutError):
+                    with contextlib.suppress(http1.HTTPError, TimeoutError):
                         async with asyncio.timeout(DRAIN_TIMEOUT_S):
-                            async for _ in chunks:
+                            while await conn.receive() is not None:
                                 pass
-                await response.aclose()  # if unread, the connection closes: upstream stops
+                conn.release()  # an unread answer closes the connection: upstream stops
 
 
 def _base_url(url: str) -> str:
