@@ -12,9 +12,11 @@ import asyncio
 import contextlib
 import json
 import re
+import subprocess
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -66,10 +68,12 @@ class FaultUpstream:
         die_after=N     drop the connection after N chunks
         stall_after=N   stop sending after N chunks (the connection stays open)
         error_after=N   an in-band error event after N chunks
+
+    With tls=(certfile, keyfile) it speaks HTTPS.
     """
 
     def __init__(self, model: str = "fault-model", *, extra_models: tuple[str, ...] = (),
-                 key: str | None = None) -> None:
+                 key: str | None = None, tls: tuple[str, str] | None = None) -> None:
         self.model = model
         self.extra_models = extra_models
         self.key = key  # like vllm serve --api-key: /v1 needs it, /health does not
@@ -79,9 +83,11 @@ class FaultUpstream:
         self.open_streams = 0
         self.disconnects = 0
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        cert, key_file = tls or (None, None)  # HTTPS with this certificate and key
         self.server = uvicorn.Server(uvicorn.Config(
             self._app(), host="127.0.0.1", port=self.port, log_level="critical",
+            ssl_certfile=cert, ssl_keyfile=key_file,
             lifespan="off", timeout_graceful_shutdown=1))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -387,6 +393,35 @@ async def test_failures_after_the_first_token_end_with_engine_error(
                 texts.append(event.text)
     assert "".join(texts) == expected_text(len(texts))  # no text repeated, none invented
     assert len(upstream.bodies) + len(upstream_b.bodies) == 1  # never silently restarted
+
+
+def self_signed(tmp_path: Path) -> tuple[str, str]:
+    """A certificate for 127.0.0.1 and its key, made by the openssl command."""
+    cert, key = tmp_path / "upstream.pem", tmp_path / "upstream.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    return str(cert), str(key)
+
+
+async def test_https_upstream_trusted_through_ssl_cert_file(
+    engine: EngineFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cert, key = self_signed(tmp_path)
+    secure = FaultUpstream(tls=(cert, key)).start()
+    try:
+        # Not trusted: refused at load, with the TLS reason in the message.
+        with pytest.raises(EngineError, match=r"unreachable: ConnectError.*certificate"):
+            await engine(secure.url)
+        # A private CA (here the certificate itself) trusted the OpenSSL way.
+        monkeypatch.setenv("SSL_CERT_FILE", cert)
+        eng = await engine(secure.url)
+        for _ in range(2):  # the second request reuses the pooled TLS connection
+            events = await run(eng, chat("hello"))
+            assert text_of(events) == expected_text()
+        assert len(secure.bodies) == 2
+    finally:
+        secure.stop()
 
 
 async def test_no_first_token_in_time_is_engine_error(engine: EngineFactory,
