@@ -392,6 +392,9 @@ async def test_failures_after_the_first_token_end_with_engine_error(
             if isinstance(event, EngineText):
                 texts.append(event.text)
     assert "".join(texts) == expected_text(len(texts))  # no text repeated, none invented
+    # Every text sent before the failure is passed on, even when the failure arrives in the
+    # same read as the text before it.
+    assert len(texts) == int(directive.split("=")[1].rstrip("]"))
     assert len(upstream.bodies) + len(upstream_b.bodies) == 1  # never silently restarted
 
 

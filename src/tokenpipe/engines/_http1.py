@@ -1,13 +1,14 @@
 """A small HTTP/1.1 client for the openai engine's streamed requests to its upstream.
 
 Why not httpx here: each request through httpx, httpcore, anyio and h11 cost the proxy
-about 1 ms of CPU before its bytes left and after the answer's first bytes came back, and
-each streamed chunk went through four layers of async iterators. This client is an
-asyncio Protocol: the request goes out in one write, the response is parsed as it
-arrives (status line, headers, then Content-Length, chunked or close-delimited body), and
-the reader gets every body byte received so far in one call, however many chunks the
-network delivered at once. Measured against the same instant upstream: 0.35 ms per
-request instead of about 1.3 ms (scripts and figures in docs/deployment.md).
+about 1 ms more before its bytes left and after the answer's first bytes came back, sent
+head and body in two writes, and passed each streamed chunk through four layers of async
+iterators. This client is an asyncio Protocol: the request goes out in one write, the
+response is parsed as it arrives (status line, headers, then Content-Length, chunked or
+close-delimited body), and the reader gets every body byte received so far in one call,
+however many chunks the network delivered at once. A one-token answer from an instant
+upstream took the engine 0.56 to 0.60 ms this way, 1.5 to 2.1 ms through httpx
+(docs/deployment.md has the rest).
 
 Only what the engine needs: keep-alive connections pooled per origin (a pooled connection
 the server has since closed is never reused, and one that fails before any answer byte

@@ -68,6 +68,7 @@ class Progress:
     usage: dict[str, Any] | None = None
     done: bool = False  # data: [DONE]
     complete: bool = False  # the answer ended well: its connection may be reused
+    failure: EngineError | None = None  # an in-band error after text: raised once it is out
     events: list[EngineEvent] = field(default_factory=list)
 
 
@@ -86,8 +87,12 @@ def handle_event(data: str, progress: Progress, replica: Replica, *, streamed: b
                           f"object: {data[:200]!r}")
     if "error" in chunk:
         message, code, kind = error_fields(data.encode())
-        if streamed or progress.texts:  # text came first (maybe in the same read)
-            raise EngineError(f"upstream {replica.base} failed mid-answer: {message}")
+        if streamed or progress.texts:  # text came first (maybe in the same read):
+            # the text before the error is passed on, then the error ends the answer
+            progress.failure = EngineError(f"upstream {replica.base} failed mid-answer: "
+                                           f"{message}")
+            progress.done = True
+            return
         error = _classify(400 if _CONTEXT_ERROR.search(f"{message} {code} {kind}") else 500,
                           replica, message, code, kind)
         raise error if isinstance(error, BadRequest) else Retry(error)

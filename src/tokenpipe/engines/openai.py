@@ -12,6 +12,9 @@ generation with engine_error, never a hang (the idle timeout) and never a silent
 
 Closing the stream closes the upstream HTTP response, which is how the upstream learns to
 stop (vLLM, llama-server and tokenpipe all abort a generation whose client went away).
+Streamed requests go through _http1 (the hop's hot path); listing models and health
+checks through httpx. An https:// upstream is verified against the system's CAs, or the
+bundle SSL_CERT_FILE names.
 
 No tokenizer lives here: the upstream applies the chat template and counts tokens, so the
 prompt's size is known only from the upstream's usage chunk at the end (`start` says
@@ -340,6 +343,8 @@ class OpenAIEngine(Engine):
                 for event in progress.events:
                     yield event
                 progress.events.clear()
+                if progress.failure is not None:
+                    raise progress.failure
                 if progress.done:
                     break
                 try:
