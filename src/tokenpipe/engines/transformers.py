@@ -7,6 +7,14 @@ joins. Closing a stream marks its sequence cancelled, and the thread drops it be
 next step, so the compute stops within a token. Sampling is our own (_hf_sampling), which
 gives each request its own seeded generator and its own settings inside one batch.
 Tokens reach asyncio through one call_soon_threadsafe per event loop per step.
+
+Why not transformers' own continuous batching (ContinuousBatchingManager, generate_batch):
+docs/transformers-engine.md has the figures (transformers 5.24, the 2-core CPU, the bundled
+model). This loop was 1.11x faster at 1 stream and 1.18x at 8 (A B A B on one model object),
+and the manager has no per-request seed, one do_sample flag for the whole batch, no min_p or
+penalties per request, no final event for a cancelled request, and a bad value in one
+request (temperature 0 when sampling) stops its loop for all of them. It does prefill
+simultaneous arrivals in one forward, which gave a lower TTFT p99 at 8 streams.
 """
 
 from __future__ import annotations
