@@ -284,14 +284,15 @@ class _WsLoad(asyncio.Protocol):
         self._flush()
 
     def data_received(self, data: bytes) -> None:
-        from websockets.frames import Opcode
+        from websockets.frames import Frame, Opcode
+        from websockets.http11 import Response
 
         self.ws.receive_data(data)
         for event in self.ws.events_received():
-            if getattr(event, "opcode", None) is Opcode.TEXT:
-                self._frame(json.loads(event.data))  # type: ignore[attr-defined]
-            elif getattr(event, "status_code", 101) != 101:
-                self._end(f"http {event.status_code}")  # type: ignore[attr-defined]
+            if isinstance(event, Frame) and event.opcode is Opcode.TEXT:
+                self._frame(json.loads(bytes(event.data)))
+            elif isinstance(event, Response) and event.status_code != 101:
+                self._end(f"http {event.status_code}")
         self._flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -337,8 +338,8 @@ async def _ws_stream(url: str, args: argparse.Namespace,
     request = {"type": "generate", "id": "bench", "messages": messages,
                "params": {"max_tokens": args.max_tokens, "temperature": 0.0}}
     parts = urlsplit(url)
-    if parts.scheme != "ws":
-        raise SystemExit("bench over WebSocket speaks ws:// (put TLS in front of it elsewhere)")
+    if parts.scheme != "ws" or not parts.hostname:
+        raise SystemExit(f"bench over WebSocket needs a ws://HOST:PORT/ws URL, not {url!r}")
     loop = asyncio.get_running_loop()
     _, proto = await loop.create_connection(
         lambda: _WsLoad(url, args.api_key, request, result), parts.hostname,

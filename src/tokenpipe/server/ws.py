@@ -15,8 +15,8 @@ import contextlib
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
-from json.encoder import encode_basestring  # type: ignore[attr-defined]
+from dataclasses import dataclass
+from json.encoder import encode_basestring
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -75,7 +75,7 @@ async def _refuse_busy(websocket: WebSocket, json_mode: bool, limit: int) -> Non
 class _Stream:
     session: GenerationSession
     cursor: Cursor
-    id_json: str = field(default="")
+    id_json: str  # the stream id, JSON-encoded once
 
     def frame(self, stream_id: str, event: Event) -> str:
         """The event's frame as JSON text; a delta (nearly every frame) without a dict."""
@@ -101,7 +101,7 @@ class FrameSink:
         self.ws = websocket
         scope = getattr(websocket, "scope", None) or {}
         proto = getattr(scope.get(RAW_SEND), "__self__", None)
-        self.proto = proto if _is_sansio(proto) else None
+        self.proto: Any = proto if _is_sansio(proto) else None
 
     @property
     def direct(self) -> bool:
@@ -109,7 +109,7 @@ class FrameSink:
 
     def ready(self) -> bool:
         """True when a direct write would not queue behind data the client has not read."""
-        return self.proto is not None and self.proto.writable.is_set()
+        return self.proto is not None and bool(self.proto.writable.is_set())
 
     def write_now(self, texts: list[str]) -> None:
         """Direct path only; frames to a connection that is gone are dropped (its reader
@@ -119,22 +119,22 @@ class FrameSink:
         if (proto.disconnected or proto.close_sent or proto.transport.is_closing()
                 or conn.state is not WsState.OPEN):
             return
-        parts = conn.data_to_send()  # empty: uvicorn flushes after each of its own sends
+        parts: list[bytes] = conn.data_to_send()  # empty: uvicorn flushes its own sends
         for text in texts:
             data = text.encode()
             parts.append(_text_header(len(data)))
             parts.append(data)
         proto.transport.write(b"".join(parts))
 
-    async def write(self, texts: list[str], timeout: float) -> None:
-        """Raises TimeoutError when the client has not taken data for `timeout` seconds."""
+    async def write(self, texts: list[str], deadline_s: float) -> None:
+        """Raises TimeoutError when the client has not taken data for `deadline_s`."""
         if self.proto is None:
-            async with asyncio.timeout(timeout):  # one deadline per batch, not per frame
+            async with asyncio.timeout(deadline_s):  # one deadline per batch, not per frame
                 for text in texts:
                     await self.ws.send_text(text)
             return
         if not self.proto.writable.is_set():
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(deadline_s):
                 await self.proto.writable.wait()
         self.write_now(texts)
 
