@@ -9,14 +9,65 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "tests" / "e2e" / "artifacts"
+
+
+class _Stoppable(Protocol):
+    def wait_ready(self, timeout: float = ...) -> None: ...
+    def stop(self) -> object: ...
+
+
+S = TypeVar("S", bound=_Stoppable)
+
+
+@contextlib.contextmanager
+def running(server: S) -> Iterator[S]:
+    """Waits until the server is ready; stops it however the block ends."""
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
+async def close_after_texts(stream: AsyncIterator[Any], texts: int = 3) -> None:
+    """Reads an engine stream until `texts` EngineText events, then closes it early."""
+    from tokenpipe.types import EngineText
+
+    seen = 0
+    async for event in stream:
+        if isinstance(event, EngineText):
+            seen += 1
+            if seen == texts:
+                break
+    await stream.aclose()  # type: ignore[attr-defined]
+
+
+async def drop_and_resume(ws_url: str, max_tokens: int = 40) -> tuple[Any, Any, str]:
+    """Starts a resumable, paced fake-engine generation, leaves after two deltas, resumes it
+    on a new connection and reads it to the end: (first generation, resumed one, text)."""
+    from tokenpipe.client import Client
+
+    async with Client(ws_url) as first:
+        gen = await first.generate([{"role": "user", "content": "[[pace_ms=20]]"}],
+                                   resumable=True, params={"max_tokens": max_tokens})
+        async for _ in gen:
+            if len(gen.deltas) >= 2:
+                break
+        assert gen.start is not None
+        token, seen = gen.start["stream"], gen.deltas[-1]["seq"]
+    async with Client(ws_url) as second:  # a new connection
+        resumed = await second.resume(token, seen, "again")
+        rest = await resumed.collect()
+    return gen, resumed, "".join(d["text"] for d in gen.deltas) + rest
 
 
 def free_port() -> int:
@@ -83,10 +134,9 @@ def live_server() -> Iterator[Callable[..., str]]:
 @pytest.fixture(scope="session")
 def fake_server() -> Iterator[ServerProcess]:
     """One fake-engine server shared by the protocol tests."""
-    server = ServerProcess(("--engine", "fake", "--max-streams-per-connection", "8"))
-    server.wait_ready()
-    yield server
-    server.stop()
+    with running(ServerProcess(("--engine", "fake", "--max-streams-per-connection", "8"))
+                 ) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")
@@ -94,7 +144,5 @@ def model_server() -> Iterator[ServerProcess]:
     """One server on the real default model (llama.cpp, bundled SmolLM2)."""
     if not os.environ.get("CI"):  # in CI a missing model is a failure, not a skip
         pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
-    server = ServerProcess(("--parallel", "4", "--ctx-size", "8192"))
-    server.wait_ready()
-    yield server
-    server.stop()
+    with running(ServerProcess(("--parallel", "4", "--ctx-size", "8192"))) as server:
+        yield server

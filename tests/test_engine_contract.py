@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.conftest import close_after_texts
 from tokenpipe.config import engine_class
 from tokenpipe.engines.base import Engine, EngineOptions
 from tokenpipe.errors import ContextOverflow
@@ -100,14 +101,7 @@ async def test_raw_prompt_completion(engine: Engine) -> None:
 
 async def test_closing_the_stream_early_leaves_the_engine_usable(engine: Engine) -> None:
     prepared = engine.prepare(chat("Write a long story about the sea.", max_tokens=200), 64)
-    stream = engine.stream(prepared)
-    texts = 0
-    async for event in stream:
-        if isinstance(event, EngineText):
-            texts += 1
-            if texts == 3:
-                break
-    await stream.aclose()  # type: ignore[attr-defined]
+    await close_after_texts(engine.stream(prepared), 3)
     assert engine.healthy()
     text, _, _ = await run(engine, chat("Say hi.", max_tokens=8))
     assert text

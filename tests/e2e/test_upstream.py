@@ -25,7 +25,7 @@ import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from tests.conftest import ServerProcess, free_port
+from tests.conftest import ServerProcess, drop_and_resume, free_port, running
 from tokenpipe.client import Client, ServerError
 from tokenpipe.engines.base import PreparedRequest
 from tokenpipe.engines.fake import SCRIPT
@@ -581,20 +581,17 @@ def test_prepare_refuses_only_what_is_sure_without_a_tokenizer() -> None:
 
 @pytest.fixture(scope="module")
 def fake_upstream() -> Iterator[ServerProcess]:
-    server = ServerProcess(("--engine", "fake", "--max-streams-per-connection", "8"))
-    server.wait_ready()
-    yield server
-    server.stop()
+    with running(ServerProcess(("--engine", "fake", "--max-streams-per-connection", "8"))
+                 ) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
 def proxy(fake_upstream: ServerProcess) -> Iterator[ServerProcess]:
-    server = ServerProcess(("--engine", "openai", "--upstream", fake_upstream.url,
-                            "--parallel", "2", "--max-streams-per-connection", "8",
-                            "--upstream-idle-timeout-s", "2"))
-    server.wait_ready()
-    yield server
-    server.stop()
+    with running(ServerProcess(("--engine", "openai", "--upstream", fake_upstream.url,
+                                "--parallel", "2", "--max-streams-per-connection", "8",
+                                "--upstream-idle-timeout-s", "2"))) as server:
+        yield server
 
 
 async def test_proxy_streams_what_the_upstream_streams(
@@ -654,18 +651,7 @@ async def test_proxy_openai_api_and_resume(proxy: ServerProcess) -> None:
             "temperature": 0})).json()
     assert answer["choices"][0]["message"]["content"] == "via http"
     assert answer["usage"]["prompt_tokens"] > 0
-    async with Client(proxy.ws_url) as first:
-        gen = await first.generate([{"role": "user", "content": "[[pace_ms=20]]"}],
-                                   resumable=True, params={"max_tokens": 40})
-        async for _ in gen:
-            if len(gen.deltas) >= 2:
-                break
-        assert gen.start is not None
-        token, seen = gen.start["stream"], gen.deltas[-1]["seq"]
-    async with Client(proxy.ws_url) as second:
-        resumed = await second.resume(token, seen, "again")
-        rest = await resumed.collect()
-    text = "".join(d["text"] for d in gen.deltas) + rest
+    _, resumed, text = await drop_and_resume(proxy.ws_url)
     assert SCRIPT.startswith(text) and len(text) > 40
     assert resumed.end is not None and resumed.end["finish_reason"] == "length"
     assert resumed.end["usage"]["completion_tokens"] == 40

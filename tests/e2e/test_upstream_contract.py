@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 import tests.test_engine_contract as contract
-from tests.conftest import ServerProcess
+from tests.conftest import ServerProcess, running
 from tests.e2e.llama_server import LlamaServer
 from tests.test_engine_contract import (
     chat,
@@ -69,11 +69,8 @@ def upstream_server(request: pytest.FixtureRequest) -> Iterator[ServerProcess | 
         server = LlamaServer(ctx_size=CONTEXT * 2, parallel=2)
     else:
         server = ServerProcess((*UPSTREAMS[request.param], "--parallel", "2"))
-    try:
-        server.wait_ready()
+    with running(server):
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.conftest import ServerProcess
+from tests.conftest import ServerProcess, running
 from tests.e2e.llama_server import LlamaServer
 from tests.e2e.test_upstream import eventually
 from tokenpipe.client import Client
@@ -31,19 +31,16 @@ def _needs_llama_cpp() -> None:
 def model_upstream() -> Iterator[ServerProcess]:
     """One sequence at a time, so a generation left running upstream would be visible."""
     _needs_llama_cpp()
-    server = ServerProcess(("--parallel", "1", "--ctx-size", "4096", "--threads", "2"))
-    server.wait_ready()
-    yield server
-    server.stop()
+    with running(ServerProcess(("--parallel", "1", "--ctx-size", "4096", "--threads", "2"))
+                 ) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
 def model_proxy(model_upstream: ServerProcess) -> Iterator[ServerProcess]:
-    server = ServerProcess(("--engine", "openai", "--upstream", model_upstream.url,
-                            "--parallel", "1"))
-    server.wait_ready()
-    yield server
-    server.stop()
+    with running(ServerProcess(("--engine", "openai", "--upstream", model_upstream.url,
+                                "--parallel", "1"))) as server:
+        yield server
 
 
 def metric(server: ServerProcess, name: str) -> float:
@@ -110,11 +107,8 @@ def llama_server() -> Iterator[LlamaServer]:
     """Built by `scripts/setup.sh --test` (a missing binary fails: see LlamaServer)."""
     _needs_llama_cpp()
     server = LlamaServer(ctx_size=8192, parallel=8)
-    try:
-        server.wait_ready()
+    with running(server):
         yield server
-    finally:
-        server.stop()
 
 
 def slots_busy(server: LlamaServer) -> list[int]:

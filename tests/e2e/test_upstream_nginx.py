@@ -18,7 +18,7 @@ import httpx
 import pytest
 import websockets
 
-from tests.conftest import ROOT, ServerProcess, free_port
+from tests.conftest import ROOT, ServerProcess, drop_and_resume, free_port
 from tokenpipe.client import Client
 from tokenpipe.engines.fake import SCRIPT
 
@@ -102,18 +102,8 @@ async def test_websocket_and_events_stream_through_nginx(stack: dict[str, Any]) 
 
 
 async def test_resume_reaches_the_same_replica_through_nginx(stack: dict[str, Any]) -> None:
-    async with Client(stack["ws"]) as first:
-        gen = await first.generate([{"role": "user", "content": "[[pace_ms=20]]"}],
-                                   resumable=True, params={"max_tokens": 40})
-        async for _ in gen:
-            if len(gen.deltas) >= 2:
-                break
-        assert gen.start is not None
-        token, seen = gen.start["stream"], gen.deltas[-1]["seq"]
-    async with Client(stack["ws"]) as second:  # a new connection, through the balancer
-        resumed = await second.resume(token, seen, "again")
-        rest = await resumed.collect()
-    assert SCRIPT.startswith("".join(d["text"] for d in gen.deltas) + rest)
+    _, resumed, text = await drop_and_resume(stack["ws"])  # both through the balancer
+    assert SCRIPT.startswith(text)
     assert resumed.end is not None and resumed.end["usage"]["completion_tokens"] == 40
 
 
