@@ -70,6 +70,14 @@ async def drop_and_resume(ws_url: str, max_tokens: int = 40) -> tuple[Any, Any, 
     return gen, resumed, "".join(d["text"] for d in gen.deltas) + rest
 
 
+def chat(text: str, **params: object) -> Any:
+    """A one-message chat request with the given sampling params (engine-level tests)."""
+    from tokenpipe.types import GenerationRequest, Message, SamplingParams
+
+    return GenerationRequest(messages=(Message("user", text),),
+                             params=SamplingParams(**params))  # type: ignore[arg-type]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

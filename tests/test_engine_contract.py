@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import close_after_texts
+from tests.conftest import chat, close_after_texts
 from tokenpipe.config import engine_class
 from tokenpipe.engines.base import Engine, EngineOptions
 from tokenpipe.errors import ContextOverflow
@@ -20,7 +20,6 @@ from tokenpipe.types import (
     EngineText,
     FinishReason,
     GenerationRequest,
-    Message,
     SamplingParams,
 )
 
@@ -46,11 +45,6 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
     asyncio.run(eng.load())
     yield eng
     asyncio.run(eng.aclose())
-
-
-def chat(text: str, **params: object) -> GenerationRequest:
-    return GenerationRequest(messages=(Message("user", text),),
-                             params=SamplingParams(**params))  # type: ignore[arg-type]
 
 
 async def run(engine: Engine, request: GenerationRequest) -> tuple[str, EngineFinish, int]:

