@@ -59,4 +59,37 @@ async def test_repeated_prompt_reuses_the_slot_cache(engine: LlamaCppEngine) -> 
     reused_before = engine.reused_prefix_tokens
     second = await answer(engine, request)
     assert first == second
-    assert engine.reused_prefix_tokens - reused_before >= engine.prepare(request, 8).prompt_tokens - 1
+    prompt_tokens = engine.prepare(request, 8).prompt_tokens
+    assert engine.reused_prefix_tokens - reused_before >= prompt_tokens - 1
+
+
+def test_decode_steps_times_every_batch_size_at_the_same_positions() -> None:
+    from tokenpipe.engines.llamacpp import decode_step_times
+
+    times = decode_step_times(EngineOptions(threads=2, parallel=4), [1, 2, 4], rounds=2,
+                              steps=3, prompt_tokens=16)
+    assert sorted(times) == [1, 2, 4]
+    assert all(len(v) == 6 and min(v) > 0 for v in times.values())
+
+
+def test_decode_steps_refuses_what_the_context_cannot_hold() -> None:
+    from tokenpipe.engines.llamacpp import decode_step_times
+    from tokenpipe.errors import EngineError
+
+    with pytest.raises(EngineError, match="raise --context"):
+        decode_step_times(EngineOptions(threads=2, parallel=8, context_size=512), [1, 8],
+                          steps=100, prompt_tokens=200)
+
+
+def test_bench_decode_steps_prints_a_line_per_batch_size() -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "tokenpipe", "bench", "--decode-steps", "-n", "3",
+         "--rounds", "1", "--threads", "2"],
+        capture_output=True, text=True, timeout=120, check=True).stdout
+    lines = [line.split() for line in out.splitlines() if line.strip().startswith("k=")]
+    assert [line[0] for line in lines] == ["k=1", "k=2", "k=3"]
+    assert all(float(line[1]) > 0 and line[-4].endswith("x") for line in lines)
+    assert lines[0][-4] == "1.00x"

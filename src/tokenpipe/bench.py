@@ -4,6 +4,7 @@
     tokenpipe bench --api sse --url http://127.0.0.1:8000 -n 1
     tokenpipe bench --reference llama-cpp-python   # plus the same prompt in-process, A B A B
     tokenpipe bench --compare http://127.0.0.1:8080 # another OpenAI-style server, A B A B
+    tokenpipe bench --decode-steps -n 8             # llama.cpp alone: what batching can gain
 
 Tokens are counted from the server's usage; time to first token is measured by the client
 from sending the request to receiving the first non-empty text.
@@ -114,12 +115,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--json", action="store_true", help="print one JSON object per run")
     p.add_argument("--procs", type=int, default=1,
                    help="spread the clients over this many processes (for gateway loads)")
+    p.add_argument("--decode-steps", action="store_true",
+                   help="no server: time llama.cpp's batched decode alone in this process\n"
+                        "for 1, 2, 4 ... -n sequences (--model-path, --threads); the\n"
+                        "most -n streams can gain over one on this machine and model")
     p.add_argument("--idle", type=int, metavar="N",
                    help="open N idle connections and report the server's memory per 1,000")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.decode_steps:
+        return _decode_steps(args)
     return asyncio.run(_main(args))
 
 
@@ -379,6 +386,26 @@ async def _sse_stream(url: str, args: argparse.Namespace,
                         result.arrived()
         result.stop()
     return result
+
+
+def _decode_steps(args: argparse.Namespace) -> int:
+    from .engines.base import EngineOptions
+    from .engines.llamacpp import decode_step_times, default_model_path
+
+    top = max(1, args.concurrency)
+    sizes = sorted({1, top, *(k for k in (2, 4, 8, 16, 32, 64) if k < top)})
+    path = args.model_path or str(default_model_path())
+    options = EngineOptions(model=path, threads=args.threads, parallel=top,
+                            context_size=max(8192, top * 512))
+    times = decode_step_times(options, sizes, rounds=max(1, args.rounds))
+    base = statistics.median(times[1])
+    print(f"llama_decode alone, {path}, {args.threads or 'all'} threads, one token for each"
+          f" of k sequences a step (median of {len(times[1])} steps):")
+    for k in sizes:
+        t = statistics.median(times[k])
+        print(f"  k={k:<3d} {t * 1000:7.1f} ms a step  {k / t:7.1f} tok/s"
+              f"  {k * base / t:5.2f}x one sequence's rate")
+    return 0
 
 
 _REFERENCE: Any = None
