@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -93,3 +94,15 @@ def test_bench_decode_steps_prints_a_line_per_batch_size() -> None:
     assert [line[0] for line in lines] == ["k=1", "k=2", "k=3"]
     assert all(float(line[1]) > 0 and line[-4].endswith("x") for line in lines)
     assert lines[0][-4] == "1.00x"
+
+
+def test_bench_decode_steps_names_a_missing_model_without_a_traceback(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    missing = tmp_path / "none.gguf"
+    done = subprocess.run(
+        [sys.executable, "-m", "tokenpipe", "bench", "--decode-steps", "--model-path",
+         str(missing)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"tokenpipe bench: model file not found: {missing}"

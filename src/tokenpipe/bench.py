@@ -17,6 +17,7 @@ import asyncio
 import base64
 import json
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -391,13 +392,18 @@ async def _sse_stream(url: str, args: argparse.Namespace,
 def _decode_steps(args: argparse.Namespace) -> int:
     from .engines.base import EngineOptions
     from .engines.llamacpp import decode_step_times, default_model_path
+    from .errors import TokenpipeError
 
     top = max(1, args.concurrency)
     sizes = sorted({1, top, *(k for k in (2, 4, 8, 16, 32, 64) if k < top)})
     path = args.model_path or str(default_model_path())
     options = EngineOptions(model=path, threads=args.threads, parallel=top,
                             context_size=max(8192, top * 512))
-    times = decode_step_times(options, sizes, rounds=max(1, args.rounds))
+    try:
+        times = decode_step_times(options, sizes, rounds=max(1, args.rounds))
+    except TokenpipeError as exc:
+        print(f"tokenpipe bench: {exc.message}", file=sys.stderr)
+        return 2
     base = statistics.median(times[1])
     print(f"llama_decode alone, {path}, {args.threads or 'all'} threads, one token for each"
           f" of k sequences a step (median of {len(times[1])} steps):")
