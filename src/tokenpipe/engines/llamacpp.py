@@ -253,6 +253,9 @@ class LlamaCppEngine(Engine):
         self._wake.set()
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join, 10)
+        self._free_context()
+
+    def _free_context(self) -> None:
         if getattr(self, "_ctx", None):
             if self._threadpool is not None:
                 self._threadpool.close()
@@ -508,8 +511,4 @@ def decode_step_times(options: EngineOptions, sizes: Sequence[int], *, rounds: i
                     pos[s] = prompt_tokens
         return times
     finally:
-        if engine._threadpool is not None:
-            engine._threadpool.close()
-        lc.llama_batch_free(engine._batch)
-        lc.llama_free(engine._ctx)
-        lc.llama_model_free(engine._model)
+        engine._free_context()
