@@ -77,7 +77,7 @@ def test_decode_steps_refuses_what_the_context_cannot_hold() -> None:
     from tokenpipe.engines.llamacpp import decode_step_times
     from tokenpipe.errors import EngineError
 
-    with pytest.raises(EngineError, match="raise --context"):
+    with pytest.raises(EngineError, match="raise context_size"):
         decode_step_times(EngineOptions(threads=2, parallel=8, context_size=512), [1, 8],
                           steps=100, prompt_tokens=200)
 

@@ -477,7 +477,7 @@ def decode_step_times(options: EngineOptions, sizes: Sequence[int], *, rounds: i
         need = prompt_tokens + steps + 1
         if need > engine.info.context_tokens:
             raise EngineError(f"{need} tokens a sequence do not fit the context "
-                              f"({engine.info.context_tokens}); raise --context")
+                              f"({engine.info.context_tokens}): raise context_size")
 
         def decode(items: Sequence[tuple[int, int, int, bool]]) -> None:
             for i, (token, pos, seq, logits) in enumerate(items):
