@@ -352,3 +352,98 @@ async def test_disconnect_cancels_a_whole_answer_too(scheduler: Scheduler) -> No
     assert session.final.reason is FinishReason.CANCELLED
     assert asgi.sent == []
     assert scheduler.running == 0
+
+
+# ---- FastCompletions: the plain request skips FastAPI; anything else reaches it -----------
+
+
+class Inner:
+    """Stands for the FastAPI app behind the middleware: records the bodies it was given."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        self.bodies.append(body)
+        await send({"type": "http.response.start", "status": 299, "headers": []})
+        await send({"type": "http.response.body", "body": b"inner"})
+
+
+async def fast(scheduler: Scheduler, body: bytes | list[bytes], *, key: str | None = None,
+               headers: list[tuple[bytes, bytes]] | None = None,
+               path: str = "/v1/chat/completions") -> tuple[Inner, Asgi]:
+    from types import SimpleNamespace
+
+    from tokenpipe.config import Settings
+    from tokenpipe.server.openai import FastCompletions
+    from tokenpipe.server.runtime import Runtime
+
+    runtime = Runtime(Settings(api_key=key))
+    runtime.schedulers["fake"] = scheduler
+    inner, asgi = Inner(), Asgi()
+    parts = [body] if isinstance(body, bytes) else body
+    for i, part in enumerate(parts):
+        asgi.inbox.put_nowait({"type": "http.request", "body": part,
+                               "more_body": i < len(parts) - 1})
+    scope = {"type": "http", "method": "POST", "path": path, "query_string": b"",
+             "headers": [(b"content-type", b"application/json")] if headers is None
+             else headers, "app": SimpleNamespace(state=SimpleNamespace(runtime=runtime))}
+    await asyncio.wait_for(FastCompletions(inner)(scope, asgi.receive, asgi.send), 30)
+    return inner, asgi
+
+
+async def test_fast_path_streams_a_plain_request_without_the_framework(
+        scheduler: Scheduler) -> None:
+    body = json.dumps({"messages": [{"role": "user", "content": "[[echo]] héllo"}],
+                       "stream": True}).encode()
+    inner, asgi = await fast(scheduler, [body[:10], body[10:]])  # the body in two messages
+    assert inner.bodies == []
+    assert asgi.start["status"] == 200
+    events = asgi.data()
+    assert events[-1] == "[DONE]"
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in events[:-1]) == "héllo"
+    inner, asgi = await fast(scheduler, json.dumps({"prompt": "[[echo]] abc"}).encode(),
+                             path="/v1/completions")
+    assert inner.bodies == [] and json.loads(asgi.body)["choices"][0]["text"] == "abc"
+
+
+@pytest.mark.parametrize(("body", "headers", "key"), [
+    (b'{"messages": [', None, None),  # not JSON
+    (b'{"messages": []}', None, None),  # does not validate
+    (b'{"messages": [{"role": "user", "content": "hi"}], "bogus": 1}', None, None),
+    (b'{"messages": [{"role": "user", "content": "hi"}]}', [], None),  # no content-type
+    (b'{"messages": [{"role": "user", "content": "hi"}]}', [(b"content-type", b"text/plain")],
+     None),
+    (b'{"messages": [{"role": "user", "content": "hi"}]}', None, "sekrit"),  # no key
+])
+async def test_fast_path_leaves_everything_else_to_the_routes(
+        scheduler: Scheduler, body: bytes, headers: Any, key: str | None) -> None:
+    inner, asgi = await fast(scheduler, body, key=key, headers=headers)
+    assert inner.bodies == [body]  # replayed whole: FastAPI words the error as before
+    assert asgi.start["status"] == 299 and scheduler.running == 0
+
+
+async def test_fast_path_checks_the_key(scheduler: Scheduler) -> None:
+    body = b'{"messages": [{"role": "user", "content": "[[echo]] ok"}]}'
+    headers = [(b"content-type", b"application/json; charset=utf-8"),
+               (b"authorization", b"Bearer sekrit")]
+    inner, asgi = await fast(scheduler, body, key="sekrit", headers=headers)
+    assert inner.bodies == [] and asgi.start["status"] == 200
+    assert json.loads(asgi.body)["choices"][0]["message"]["content"] == "ok"
+    wrong = [headers[0], (b"authorization", b"Bearer other")]
+    inner, asgi = await fast(scheduler, body, key="sekrit", headers=wrong)
+    assert inner.bodies == [body]
+
+
+async def test_fast_path_answers_tokenpipe_errors_itself(scheduler: Scheduler) -> None:
+    body = b'{"messages": [{"role": "user", "content": "hi"}], "model": "nope"}'
+    inner, asgi = await fast(scheduler, body)
+    assert inner.bodies == []
+    assert asgi.start["status"] == 404
+    assert json.loads(asgi.body)["error"]["code"] == "model_not_found"

@@ -146,6 +146,9 @@ class Connection(asyncio.Protocol):
         self._paused = False
         self._writable = True
         self._drain: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None  # the idle timeout of receive()
+        self._since = 0.0  # loop time the current wait began
+        self._idle_s = 0.0
 
     # ---- asyncio callbacks ------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -226,12 +229,13 @@ class Connection(asyncio.Protocol):
         while self._state == "head":
             await self._wait()
 
-    async def receive(self) -> bytes | None:
-        """The body bytes received since the last call; None once the body has ended."""
+    async def receive(self, idle_s: float | None = None) -> bytes | None:
+        """The body bytes received since the last call; None once the body has ended.
+        TimeoutError when nothing came for idle_s seconds."""
         while not self._body:
             if self._state == "done":
                 return None
-            await self._wait()
+            await self._wait(idle_s)
         data = bytes(self._body)
         self._body.clear()
         if self._paused and self.transport is not None:
@@ -248,6 +252,7 @@ class Connection(asyncio.Protocol):
     def release(self) -> None:
         """The caller is done: a completely read answer leaves the connection to the pool."""
         if self._state == "done" and self._keep_alive and not self._buf:
+            self._disarm()
             self._state = "idle"
             self.origin._keep(self)
         else:
@@ -255,22 +260,50 @@ class Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self._keep_alive = False
+        self._disarm()
         if self.transport is not None:
             self.transport.close()  # an unread answer: the upstream sees its client leave
 
     # ---- parsing ------------------------------------------------------------------------
-    async def _wait(self) -> None:
+    async def _wait(self, idle_s: float | None = None) -> None:
         if self._error is not None:
             raise self._error
         if self._lost:
             raise RemoteProtocolError("the connection is closed")
-        self._waiter = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self._waiter = loop.create_future()
+        if idle_s is not None:
+            # One timer per connection, moved on lazily: a wait costs a clock read, not a
+            # timer of its own (this runs once per streamed token).
+            self._since, self._idle_s = loop.time(), idle_s
+            if self._timer is None:
+                self._timer = loop.call_at(self._since + idle_s, self._idle_check)
+        else:
+            self._idle_s = 0.0
         try:
             await self._waiter
         finally:
             self._waiter = None
         if self._error is not None:
             raise self._error
+
+    def _idle_check(self) -> None:
+        waiter = self._waiter
+        if waiter is None or waiter.done() or self._idle_s <= 0:
+            self._timer = None  # nobody waits: the next wait arms it again
+            return
+        loop = asyncio.get_running_loop()
+        due = self._since + self._idle_s
+        if loop.time() >= due:
+            self._timer = None
+            waiter.set_exception(TimeoutError())
+        else:
+            self._timer = loop.call_at(due, self._idle_check)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():

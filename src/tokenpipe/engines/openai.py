@@ -348,8 +348,7 @@ class OpenAIEngine(Engine):
                 if progress.done:
                     break
                 try:
-                    async with asyncio.timeout(self.idle_timeout_s):
-                        raw = await conn.receive()
+                    raw = await conn.receive(self.idle_timeout_s)
                 except TimeoutError:
                     raise EngineError(f"upstream {replica.base} sent nothing for "
                                       f"{self.idle_timeout_s:g} s mid-answer") from None

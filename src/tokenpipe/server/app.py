@@ -23,6 +23,7 @@ from ..config import Settings, build_engines
 from ..engines.base import Engine
 from ..logs import setup_logging
 from ..scheduler import Scheduler
+from .openai import FastCompletions
 from .openai import router as openai_router
 from .runtime import Runtime
 from .ws import RAW_SEND, websocket_endpoint
@@ -105,6 +106,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
 
     app.add_api_websocket_route("/ws", websocket_endpoint)
     app.add_middleware(KeepRawSend)
+    app.add_middleware(FastCompletions)
     app.include_router(openai_router)
 
     app.mount("/", UIFiles(directory=STATIC, html=True, check_dir=False), name="ui")
@@ -174,6 +176,7 @@ def run_server(settings: Settings) -> None:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
+        http="httptools",  # C parser; h11 (pure Python) cost the hop ~0.1 ms per request
         ws="websockets-sansio",  # its send() waits while the socket is backed up
         ws_max_size=max(16 * 1024 * 1024, 4 * settings.max_message_bytes),
         ws_per_message_deflate=False,  # deltas are a few bytes: compressing costs, saves nothing

@@ -4,6 +4,7 @@ for validation, where FastAPI would say 422)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
@@ -12,6 +13,8 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import ValidationError
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import TokenpipeError, Unauthorized, UnknownModel
 from ..protocol.openai import (
@@ -183,3 +186,82 @@ def _start(request: Request, body: ChatCompletionRequest | CompletionRequest,
     return SessionResponse(
         session, render(session.model), stream=bool(body.stream),
         include_usage=body.include_usage, ping_s=runtime.settings.sse_ping_interval_s)
+
+
+class FastCompletions:
+    """ASGI middleware: the two generation routes without FastAPI's routing and dependency
+    machinery, which cost the hop (`--engine openai`) about a fifth of its CPU per request
+    (docs/deployment.md). Only the plain case is served here: a JSON body that validates,
+    the right key or none needed. Anything else, errors included, goes on to the FastAPI
+    routes above with the body replayed, so they alone word every error and document the
+    API."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        route = _FAST_ROUTES.get(scope["path"]) if scope["type"] == "http" else None
+        if route is None or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client left before its body came
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        response = self._plain(scope, body, *route)
+        if response is None:
+            await self.app(scope, _replay(body, receive), send)
+        else:
+            await response(scope, receive, send)
+
+    def _plain(self, scope: Scope, raw: bytes,
+               model: type[ChatCompletionRequest | CompletionRequest],
+               render: type[ChatRender | CompletionRender]) -> Response | None:
+        app = scope.get("app")
+        runtime: Runtime | None = getattr(getattr(app, "state", None), "runtime", None)
+        if runtime is None:
+            return None
+        json_body = authorization = None
+        for name, value in scope["headers"]:  # the first of each, as Starlette reads them
+            if name == b"content-type" and json_body is None:
+                json_body = value.split(b";", 1)[0].strip().lower() == b"application/json"
+            elif name == b"authorization" and authorization is None:
+                authorization = value.decode("latin-1")
+        key = runtime.settings.api_key
+        if not json_body or (key and not key_matches(key, authorization, [])):
+            return None
+        try:
+            body = model.model_validate(json.loads(raw))
+        except (ValueError, ValidationError):  # JSONDecodeError and UnicodeDecodeError too
+            return None
+        request = Request(scope)
+        try:
+            return _start(request, body, render)
+        except TokenpipeError as exc:
+            return error_response(exc)
+
+
+_FAST_ROUTES: dict[str, tuple[type[ChatCompletionRequest | CompletionRequest],
+                              type[ChatRender | CompletionRender]]] = {
+    "/v1/chat/completions": (ChatCompletionRequest, ChatRender),
+    "/v1/completions": (CompletionRequest, CompletionRender),
+}
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that hands over the body already read, then the client's own."""
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed

@@ -19,7 +19,6 @@ import math
 import secrets
 from typing import Any
 
-import anyio
 from pydantic import BaseModel
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
@@ -161,6 +160,10 @@ class SessionResponse(Response):
         self.include_usage = include_usage
         self.ping_s = ping_s if ping_s > 0 else None  # 0: no pings
         self._wake = asyncio.Event()
+        self._gone = False  # the client disconnected
+        self._ping: asyncio.TimerHandle | None = None
+        self._active = 0.0  # loop time of the last wait for events (pings: idle since)
+        self._idle = False  # the ping timer found ping_s seconds without events
         self._scope: Scope = {"type": "http"}
         self.status_code = 200
         self.background = None
@@ -168,41 +171,59 @@ class SessionResponse(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self._scope = scope
         self.session.attach(self._wake.set)
+        # The client's disconnect is watched by one plain task that wakes the writer (a
+        # task group with cancel scopes cost a tenth of the hop's CPU per request).
+        watcher = asyncio.get_running_loop().create_task(self._watch(receive))
         try:
-            async with anyio.create_task_group() as group:
-
-                async def respond() -> None:
-                    try:
-                        await (self._stream(send) if self.stream else self._whole(send))
-                    except OSError:  # the client went away while we wrote
-                        pass
-                    group.cancel_scope.cancel()
-
-                group.start_soon(respond)
-                await _until_disconnect(receive)
-                group.cancel_scope.cancel()
+            await (self._stream(send) if self.stream else self._whole(send))
+        except (OSError, _ClientGone):  # the client went away (while we wrote)
+            pass
         finally:
+            watcher.cancel()
+            if self._ping is not None:
+                self._ping.cancel()
             self.session.attach(None)
             self.session.cancel()  # a no-op once it ended; else its client left: stop it
         if self.background is not None:
             await self.background()
 
-    async def _events(self, cursor: Cursor, idle_s: float | None) -> list[Event]:
-        """The next events; an empty list when nothing happened for idle_s seconds."""
+    async def _watch(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self._gone = True
+        self._wake.set()
+
+    def _ping_due(self) -> None:
+        """The ping timer: armed once, moved on lazily (a token only notes its time)."""
+        assert self.ping_s is not None
         loop = asyncio.get_running_loop()
-        deadline = None if idle_s is None else loop.time() + idle_s
-        # asyncio.timeout_at, not wait_for: wait_for wraps each wait in a new task, a cost
-        # paid once per token
-        try:
-            async with asyncio.timeout_at(deadline):
-                while True:
-                    self._wake.clear()
-                    batch = cursor.poll()
-                    if batch:
-                        return batch
-                    await self._wake.wait()
-        except TimeoutError:
-            return []
+        due = self._active + self.ping_s
+        if loop.time() >= due:
+            self._ping = None
+            self._idle = True
+            self._wake.set()
+        else:
+            self._ping = loop.call_at(due, self._ping_due)
+
+    async def _events(self, cursor: Cursor, pings: bool) -> list[Event]:
+        """The next events; an empty list when nothing happened for ping_s seconds."""
+        if pings and self.ping_s is not None:
+            loop = asyncio.get_running_loop()
+            self._active = loop.time()
+            self._idle = False
+            if self._ping is None:
+                self._ping = loop.call_at(self._active + self.ping_s, self._ping_due)
+        while True:
+            self._wake.clear()
+            if self._gone:
+                raise _ClientGone
+            batch = cursor.poll()
+            if batch:
+                return batch
+            if pings and self._idle:
+                self._idle = False
+                return []
+            await self._wake.wait()
 
     async def _stream(self, send: Send) -> None:
         cursor = self.session.cursor()
@@ -211,7 +232,7 @@ class SessionResponse(Response):
         while True:
             out: list[bytes] = []
             ended = False
-            batch = await self._events(cursor, self.ping_s)
+            batch = await self._events(cursor, True)
             if not batch:
                 out.append(sse_comment("ping"))
             for event in batch:
@@ -249,7 +270,7 @@ class SessionResponse(Response):
         cursor = self.session.cursor()
         parts: list[str] = []
         while True:
-            for event in await self._events(cursor, None):
+            for event in await self._events(cursor, False):
                 if isinstance(event, Delta):
                     parts.append(event.text)
                 elif isinstance(event, Finished):
@@ -263,9 +284,8 @@ class SessionResponse(Response):
                     return
 
 
-async def _until_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
+class _ClientGone(Exception):
+    """The client disconnected: the response ends, and with it the generation."""
 
 
 async def _no_receive() -> Any:  # plain responses never read; the race owns receive
