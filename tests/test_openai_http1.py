@@ -179,6 +179,51 @@ async def test_a_pooled_connection_the_server_closed_is_replaced(server: RawServ
     origin.close()
 
 
+async def until(predicate: object, what: str) -> None:
+    async with asyncio.timeout(5):
+        while not predicate():  # type: ignore[operator]
+            await asyncio.sleep(0.005)
+
+
+async def test_a_server_that_hangs_up_after_each_answer_finds_a_spare_waiting(
+        server: RawServer) -> None:
+    # llama-server closes the connection after every streamed answer: the next request
+    # should not pay for a connect, so a spare is opened as soon as the answer ends.
+    server.answers = [(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\na", True),
+                      (b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nb", True)]
+    origin = http1.Origin(server.url)
+    first, data = await fetch(origin)
+    assert data == b"a"
+    await until(lambda: [c for c in origin._idle if c is not first], "a spare connection")
+    assert server.connections == 2 and len(server.requests) == 1 and len(origin._idle) == 1
+    spare = origin._idle[0]
+    conn, data = await fetch(origin)
+    assert conn is spare and data == b"b"
+    await until(lambda: server.connections == 3, "its own replacement, for the next")
+    origin.close()
+
+
+async def test_spares_stop_when_the_server_closes_them_at_once(server: RawServer) -> None:
+    # The server closes every connection that brings no request (no answers left): a spare
+    # that lived under a second is not replaced, so there is no connect loop.
+    server.answers = [(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\na", True)]
+    origin = http1.Origin(server.url)
+    assert (await fetch(origin))[1] == b"a"
+    await until(lambda: server.connections == 2, "the spare connection")
+    await asyncio.sleep(0.2)
+    assert server.connections == 2 and origin._idle == []
+    origin.close()
+
+
+async def test_no_spares_when_turned_off(server: RawServer) -> None:
+    server.answers = [(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\na", True)]
+    origin = http1.Origin(server.url, spares=False)
+    assert (await fetch(origin))[1] == b"a"
+    await asyncio.sleep(0.1)
+    assert server.connections == 1
+    origin.close()
+
+
 async def test_cut_mid_body_is_a_remote_protocol_error(server: RawServer) -> None:
     server.answers = [(HEAD_CHUNKED + b"9\r\ndata: 1\n\n\r\n20\r\ndata: cut", True)]
     origin = http1.Origin(server.url)

@@ -14,6 +14,13 @@ Only what the engine needs: keep-alive connections pooled per origin (a pooled c
 the server has since closed is never reused, and one that fails before any answer byte
 is retried once on a new connection), TLS through an ssl.SSLContext, no redirects, no
 proxies, no compression (the engine asks for none), no HTTP/2.
+
+Spare connections: llama.cpp's llama-server closes the connection after every streamed
+answer (whatever its Keep-Alive header says), so each request would open a new one on
+its critical path: 8 simultaneous requests reached it spread over several milliseconds,
+and some of them started one decode step later. A connection that cannot be reused after
+its answer is therefore replaced in the background, and so is a pooled one the server
+closed for idleness while the origin is in use (SPARE_RECENT_S), up to max_idle.
 """
 
 from __future__ import annotations
@@ -24,6 +31,10 @@ from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 MAX_HEAD_BYTES = 64 * 1024
+SPARE_CONNECT_TIMEOUT_S = 5.0
+SPARE_RECENT_S = 60.0  # replace idle connections the server closed within this of a request
+SPARE_MIN_LIFE_S = 1.0  # ...if they served a request or lived this long (so a server that
+#                         hangs up on every new connection never starts a connect loop)
 HIGH_WATER = 256 * 1024  # body bytes buffered before the socket stops being read
 
 
@@ -48,7 +59,7 @@ class Origin:
     """scheme://host:port of one upstream, with its pool of idle keep-alive connections."""
 
     def __init__(self, base_url: str, ssl_context: ssl.SSLContext | None = None,
-                 max_idle: int = 16) -> None:
+                 max_idle: int = 16, spares: bool = True) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
@@ -63,7 +74,11 @@ class Origin:
         if self.tls and self.ssl_context is None:
             self.ssl_context = ssl.create_default_context()
         self.max_idle = max_idle
+        self.spares = spares
         self._idle: list[Connection] = []
+        self._connecting: set[asyncio.Task[None]] = set()
+        self._last_request = float("-inf")  # loop time
+        self._closed = False
 
     async def request(self, method: str, path: str, body: bytes = b"",
                       headers: Mapping[str, str] | None = None,
@@ -74,6 +89,10 @@ class Origin:
                 f"content-length: {len(body)}"]
         head += [f"{k}: {v}" for k, v in (headers or {}).items()]
         data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+        self._last_request = asyncio.get_running_loop().time()
+        if not self._idle and self._connecting:  # a spare is on its way: sooner than a new one
+            await asyncio.wait(set(self._connecting), timeout=connect_timeout_s,
+                               return_when=asyncio.FIRST_COMPLETED)
         while self._idle:
             conn = self._idle.pop()
             if not conn.reusable():
@@ -114,11 +133,44 @@ class Origin:
 
     def _keep(self, conn: Connection) -> None:
         if len(self._idle) < self.max_idle and conn.reusable():
+            conn.idle_since = asyncio.get_running_loop().time()
             self._idle.append(conn)
         else:
             conn.close()
 
+    def _replace(self) -> None:
+        """Opens a spare connection in the background (see the module's docstring)."""
+        if (not self.spares or self._closed
+                or len(self._idle) + len(self._connecting) >= self.max_idle):
+            return
+        task = asyncio.get_running_loop().create_task(self._spare())
+        self._connecting.add(task)
+        task.add_done_callback(self._connecting.discard)
+
+    async def _spare(self) -> None:
+        try:
+            conn = await self._connect(SPARE_CONNECT_TIMEOUT_S)
+        except HTTPError:
+            return  # the next request connects (and reports the failure) itself
+        if self._closed:
+            conn.close()
+        else:
+            self._keep(conn)
+
+    def _idle_closed(self, conn: Connection) -> None:
+        """The server closed a pooled connection (its keep-alive timeout)."""
+        if conn not in self._idle:
+            return
+        self._idle.remove(conn)
+        now = asyncio.get_running_loop().time()
+        if now - self._last_request < SPARE_RECENT_S and (
+                conn.served or now - conn.idle_since >= SPARE_MIN_LIFE_S):
+            self._replace()
+
     def close(self) -> None:
+        self._closed = True
+        for task in list(self._connecting):
+            task.cancel()
         while self._idle:
             self._idle.pop().close()
 
@@ -133,6 +185,8 @@ class Connection(asyncio.Protocol):
         self.reason = ""
         self.headers: dict[str, str] = {}  # lower-case names; repeated ones joined by ", "
         self.received_any = False  # a byte of this request's response arrived
+        self.idle_since = 0.0  # loop time it went back to the pool
+        self.served = False  # it carried a request (a spare that never did is not replaced)
         self._buf = bytearray()  # received, not yet parsed
         self._body = bytearray()  # parsed body bytes, not yet read
         self._state = "idle"  # idle, head, body, done
@@ -182,6 +236,8 @@ class Connection(asyncio.Protocol):
                 "the upstream closed the connection without sending a response"))
         self._keep_alive = False
         self._wake()
+        if self._state == "idle":
+            self.origin._idle_closed(self)
         return False  # close the transport
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -196,6 +252,8 @@ class Connection(asyncio.Protocol):
         if self._drain is not None and not self._drain.done():
             self._drain.set_result(None)
         self._wake()
+        if self._state == "idle":
+            self.origin._idle_closed(self)
 
     def pause_writing(self) -> None:
         self._writable = False
@@ -214,6 +272,7 @@ class Connection(asyncio.Protocol):
         if self.transport is None or self.transport.is_closing():
             raise WriteError("the connection is closed")
         self._state = "head"
+        self.served = True
         self.received_any = False
         self.status, self.reason, self.headers = 0, "", {}
         self._body.clear()
@@ -257,6 +316,7 @@ class Connection(asyncio.Protocol):
             self.origin._keep(self)
         else:
             self.close()
+            self.origin._replace()  # the next request should not wait for a connect
 
     def close(self) -> None:
         self._keep_alive = False
