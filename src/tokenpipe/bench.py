@@ -207,6 +207,44 @@ async def _server_run(label: str, api: str, url: str, args: argparse.Namespace,
     return RunResult(label, list(streams), wall, cpu)
 
 
+class StartLine:
+    """The N streams of a run connect first, then all send their requests in the same loop
+    turn: otherwise each one starts when its own connection is ready, so a server slower
+    to answer the untimed set-up (the WebSocket handshake, the SSE client's first GET)
+    spreads the burst it then gets, and an engine that admits new requests once per
+    decode step (llama-server) starts part of a wider-spread burst a step later."""
+
+    def __init__(self, n: int) -> None:
+        self.waiting = n
+        self._go: list[Any] = []
+
+    def arrive(self, go: Any) -> None:
+        """`go()` runs once every stream has arrived (or left)."""
+        self._go.append(go)
+        self._arrived()
+
+    def leave(self) -> None:
+        """A stream that failed before the line: the others do not wait for it."""
+        self._arrived()
+
+    def _arrived(self) -> None:
+        self.waiting -= 1
+        if self.waiting <= 0:
+            go, self._go = self._go, []
+            for start in go:
+                start()
+
+    async def wait(self) -> None:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def go() -> None:
+            if not future.done():
+                future.set_result(None)
+
+        self.arrive(go)
+        await future
+
+
 def _base_url(url: str) -> str:
     base = url.replace("ws://", "http://").replace("wss://", "https://")
     return base.rstrip("/").removesuffix("/ws")
@@ -230,7 +268,8 @@ async def _server_cpu(url: str) -> float | None:
 async def _streams(api: str, url: str, args: argparse.Namespace,
                    messages: list[dict[str, str]], n: int) -> list[StreamResult]:
     fn = _ws_stream if api == "ws" else _sse_stream
-    return list(await asyncio.gather(*(fn(url, args, messages) for _ in range(n))))
+    line = StartLine(n)
+    return list(await asyncio.gather(*(fn(url, args, messages, line) for _ in range(n))))
 
 
 def _streams_in_process(api: str, url: str, args: argparse.Namespace,
@@ -272,7 +311,7 @@ class _WsLoad(asyncio.Protocol):
     frame: a load generator must cost far less per delta than the server it measures."""
 
     def __init__(self, url: str, api_key: str | None, request: dict[str, Any],
-                 result: StreamResult) -> None:
+                 result: StreamResult, line: StartLine) -> None:
         from websockets.client import ClientProtocol
         from websockets.uri import parse_uri
 
@@ -283,6 +322,7 @@ class _WsLoad(asyncio.Protocol):
         self.ws = ClientProtocol(parse_uri(url), subprotocols=subprotocols)  # type: ignore[arg-type]
         self.request = json.dumps(request)
         self.result = result
+        self.line: StartLine | None = line  # None once arrived
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.transport: asyncio.Transport | None = None
 
@@ -310,9 +350,9 @@ class _WsLoad(asyncio.Protocol):
         kind = frame["type"]
         if kind == "delta":
             self.result.arrived()
-        elif kind == "hello":
-            self.result.start()
-            self.ws.send_text(self.request.encode())
+        elif kind == "hello" and self.line is not None:
+            line, self.line = self.line, None
+            line.arrive(self._go)
         elif kind == "end":
             self.result.stop()
             self.result.tokens = frame["usage"]["completion_tokens"]
@@ -320,7 +360,16 @@ class _WsLoad(asyncio.Protocol):
         elif kind == "error":
             self._end(str(frame.get("code")))
 
+    def _go(self) -> None:
+        if not self.done.done():
+            self.result.start()
+            self.ws.send_text(self.request.encode())
+            self._flush()
+
     def _end(self, error: str | None) -> None:
+        if self.line is not None:  # failed before the start line
+            line, self.line = self.line, None
+            line.leave()
         if not self.done.done():
             if error is not None:
                 self.result.error = error
@@ -338,7 +387,7 @@ class _WsLoad(asyncio.Protocol):
 
 
 async def _ws_stream(url: str, args: argparse.Namespace,
-                     messages: list[dict[str, str]]) -> StreamResult:
+                     messages: list[dict[str, str]], line: StartLine) -> StreamResult:
     """Opens the connection, then the clock starts when the server says hello."""
     from urllib.parse import urlsplit
 
@@ -349,15 +398,19 @@ async def _ws_stream(url: str, args: argparse.Namespace,
     if parts.scheme != "ws" or not parts.hostname:
         raise SystemExit(f"bench over WebSocket needs a ws://HOST:PORT/ws URL, not {url!r}")
     loop = asyncio.get_running_loop()
-    _, proto = await loop.create_connection(
-        lambda: _WsLoad(url, args.api_key, request, result), parts.hostname,
-        parts.port or 80)
+    try:
+        _, proto = await loop.create_connection(
+            lambda: _WsLoad(url, args.api_key, request, result, line), parts.hostname,
+            parts.port or 80)
+    except BaseException:
+        line.leave()
+        raise
     await proto.done
     return result
 
 
 async def _sse_stream(url: str, args: argparse.Namespace,
-                      messages: list[dict[str, str]]) -> StreamResult:
+                      messages: list[dict[str, str]], start_line: StartLine) -> StreamResult:
     import httpx
 
     result = StreamResult()
@@ -369,7 +422,12 @@ async def _sse_stream(url: str, args: argparse.Namespace,
         body["model"] = args.model
     async with httpx.AsyncClient(base_url=url.rstrip("/"), timeout=600) as http:
         # Connect first, as the WebSocket client does before its clock starts.
-        await http.get("/v1/models", headers=headers)
+        try:
+            await http.get("/v1/models", headers=headers)
+        except BaseException:
+            start_line.leave()
+            raise
+        await start_line.wait()
         result.start()
         async with http.stream("POST", "/v1/chat/completions", json=body,
                                headers=headers) as resp:

@@ -81,7 +81,10 @@ def handle_event(data: str, progress: Progress, replica: Replica, *, streamed: b
     if data == "[DONE]":
         progress.done = True
         return
-    chunk = parse_json(data.encode())
+    try:
+        chunk = json.loads(data)  # the str as it is: once per token
+    except ValueError:
+        chunk = None
     if not isinstance(chunk, dict):
         raise EngineError(f"upstream {replica.base} sent an event that is not a JSON "
                           f"object: {data[:200]!r}")
