@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Mapping
+from typing import cast
 from urllib.parse import urlsplit
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -122,9 +123,11 @@ class Origin:
         conn = Connection(self)
         try:
             async with asyncio.timeout(timeout_s):
-                await loop.create_connection(
+                transport, _ = await loop.create_connection(
                     lambda: conn, self.host, self.port, ssl=self.ssl_context,
                     server_hostname=self.host if self.ssl_context else None)
+            # uvloop calls connection_made a loop turn after create_connection returns
+            conn.transport = conn.transport or transport
         except TimeoutError:
             raise ConnectError(f"connecting to {self.host}:{self.port} timed out") from None
         except (OSError, ssl.SSLError) as exc:
@@ -206,8 +209,7 @@ class Connection(asyncio.Protocol):
 
     # ---- asyncio callbacks ------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
 
     def data_received(self, data: bytes) -> None:
         if self._state == "idle":  # bytes nobody asked for: the connection is unusable

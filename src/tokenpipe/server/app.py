@@ -176,6 +176,7 @@ def run_server(settings: Settings) -> None:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
+        loop="asyncio",  # by name: an installed uvloop is not picked up untested
         http="httptools",  # C parser; h11 (pure Python) cost the hop ~0.1 ms per request
         ws="websockets-sansio",  # its send() waits while the socket is backed up
         ws_max_size=max(16 * 1024 * 1024, 4 * settings.max_message_bytes),
