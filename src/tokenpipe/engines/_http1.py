@@ -126,7 +126,7 @@ class Origin:
                 transport, _ = await loop.create_connection(
                     lambda: conn, self.host, self.port, ssl=self.ssl_context,
                     server_hostname=self.host if self.ssl_context else None)
-            # uvloop calls connection_made a loop turn after create_connection returns
+            # in case connection_made has not run yet (uvloop calls it from a callback)
             conn.transport = conn.transport or transport
         except TimeoutError:
             raise ConnectError(f"connecting to {self.host}:{self.port} timed out") from None
