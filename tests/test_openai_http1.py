@@ -303,3 +303,72 @@ def test_urls() -> None:
     assert http1.Origin("http://[::1]:8000/x").host_header == "[::1]:8000"
     with pytest.raises(ValueError):
         http1.Origin("ftp://example.com")
+
+
+@pytest.mark.parametrize("pooled", [True, False])
+async def test_a_request_cancelled_before_its_answer_closes_its_connection(
+        pooled: bool) -> None:
+    """An upstream that queues a request sends nothing for a while: a cancel then (the
+    client left) must still close the connection, or the upstream generates for nobody."""
+    closed = asyncio.Event()
+    got_request = asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        answered = False
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                if pooled and not answered:
+                    answered = True
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\na")
+                    continue
+                got_request.set()  # queued: no answer
+                if await reader.read(1) == b"":
+                    break
+        closed.set()
+        writer.close()
+
+    upstream = await asyncio.start_server(handle, "127.0.0.1", 0)
+    origin = http1.Origin(f"http://127.0.0.1:{upstream.sockets[0].getsockname()[1]}")
+    try:
+        if pooled:
+            assert (await fetch(origin))[1] == b"a" and len(origin._idle) == 1
+        task = asyncio.create_task(origin.request("POST", "/", b""))
+        async with asyncio.timeout(5):
+            await got_request.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        async with asyncio.timeout(5):
+            await closed.wait()
+    finally:
+        origin.close()
+        upstream.close()
+        await upstream.wait_closed()
+
+
+async def test_send_now_writes_on_an_idle_connection_and_request_takes_it_over(
+        server: RawServer) -> None:
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n"
+    server.answers = [(ok + b"a", False), (ok + b"b", False),
+                      (b"", True),  # reads the next request, closes without a word
+                      (ok + b"c", False)]
+    origin = http1.Origin(server.url, spares=False)
+    assert origin.send_now(origin.encode("POST", "/", b"")) is None  # nothing idle yet
+    assert (await fetch(origin))[1] == b"a"
+    conn = origin.send_now(origin.encode("POST", "/x", b"{}"))
+    assert conn is not None and not origin._idle
+    got = await origin.request("POST", "/x", b"{}", sent=conn)
+    assert got is conn and await got.read() == b"b"
+    got.release()
+    # the upstream drops the connection the request went out on, unanswered: nothing was
+    # processed, so the same request goes again on a new connection
+    conn = origin.send_now(origin.encode("POST", "/y", b"{}"))
+    assert conn is not None
+    got = await origin.request("POST", "/y", b"{}", sent=conn)
+    assert got is not conn and await got.read() == b"c"
+    got.release()
+    assert server.connections == 2
+    paths = [r.split(b" ")[1] for r in server.requests]
+    assert paths == [b"/v1/chat/completions", b"/x", b"/y", b"/y"]
+    origin.close()

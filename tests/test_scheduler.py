@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from tokenpipe.engines.base import EngineOptions
+from tokenpipe.engines.base import EngineOptions, PreparedRequest
 from tokenpipe.engines.fake import SCRIPT, FakeEngine
 from tokenpipe.errors import ContextOverflow, Overloaded
 from tokenpipe.scheduler import Scheduler
@@ -133,3 +133,34 @@ async def test_cancel_right_after_submit_still_ends_and_frees() -> None:
         assert events[-1].reason is FinishReason.CANCELLED
     assert s.running == 0 and s.queued == 0
     assert [e async for e in s.submit(req("[[tokens=2]]")).events()][-1]
+
+
+class Recording(FakeEngine):
+    """Notes the begin() and forget() calls the scheduler makes."""
+
+    calls: list[tuple[str, str]]
+
+    def begin(self, prepared: PreparedRequest) -> None:
+        self.calls.append(("begin", prepared.prompt_text))
+
+    def forget(self, prepared: PreparedRequest) -> None:
+        self.calls.append(("forget", prepared.prompt_text))
+
+
+async def test_begin_only_for_requests_admitted_at_once_and_forget_if_never_streamed(
+        ) -> None:
+    engine = Recording.from_options(EngineOptions(context_size=4096))
+    engine.calls = []
+    s = Scheduler(engine, max_running=1, max_queue=4)
+    first = s.submit(req("[[pace_ms=5]] one", max_tokens=5))
+    queued = s.submit(req("two"))
+    assert [c[0] for c in engine.calls] == ["begin"]  # in submit, before any task ran
+    assert "one" in engine.calls[0][1]
+    await first.done.wait()
+    await queued.done.wait()
+    assert len(engine.calls) == 1  # queued: admitted later, streamed without begin()
+    cancelled = s.submit(req("three"))
+    cancelled.cancel()  # before its task ever ran: its stream never starts
+    await cancelled.done.wait()
+    assert [c[0] for c in engine.calls] == ["begin", "begin", "forget"]
+    assert "three" in engine.calls[-1][1] and s.running == 0

@@ -64,7 +64,8 @@ class Scheduler:
         # Admission is decided here, synchronously, so that the bound holds however many
         # requests arrive before their tasks first run.
         admission: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self.running < self.max_running and not self._waiting:
+        now = self.running < self.max_running and not self._waiting
+        if now:
             self.running += 1
             admission.set_result(None)
         elif len(self._waiting) >= self.max_queue:
@@ -79,6 +80,8 @@ class Scheduler:
         self._tasks[task] = session
         task.add_done_callback(lambda t: self._done(t, session, admission))
         session.bind_cancel(task.cancel)
+        if now:
+            self.engine.begin(prepared)
         return session
 
     def _done(
@@ -87,6 +90,7 @@ class Scheduler:
     ) -> None:
         self._tasks.pop(task, None)
         if session.final is None:  # cancelled before its first step: _run never ran
+            self.engine.forget(session.prepared)
             if admission.done() and not admission.cancelled():
                 self._release()
             else:

@@ -471,6 +471,74 @@ async def test_cancelling_the_consumer_closes_the_upstream_request(
     assert text_of(await run(eng, chat("again"))) == expected_text()
 
 
+async def _idle_connection(eng: OpenAIEngine, upstream: FaultUpstream) -> None:
+    assert text_of(await run(eng, chat("warm"))) == expected_text()
+    origin = eng._origins[upstream.url]
+    await eventually(lambda: bool(origin._idle), "a kept-alive connection back in the pool")
+
+
+async def test_begin_sends_the_request_before_its_stream_runs(
+    engine: EngineFactory, upstream: FaultUpstream
+) -> None:
+    eng = await engine(upstream.url)
+    await _idle_connection(eng, upstream)
+    sent = len(upstream.bodies)
+    prepared = eng.prepare(chat("[[stall_after=3]]"), 64)
+    eng.begin(prepared)  # what the scheduler does when it admits a request at once
+    assert eng.replicas[0].in_flight == 1
+    await eventually(lambda: upstream.open_streams == 1, "the upstream answering it already")
+    stream = eng.stream(prepared)
+    texts = []
+    async for event in stream:
+        if isinstance(event, EngineText):
+            texts.append(event.text)
+            if len(texts) == 3:
+                break
+    assert "".join(texts) == expected_text(3)
+    assert len(upstream.bodies) == sent + 1  # the stream took over that request: sent once
+    await stream.aclose()
+    await eventually(lambda: upstream.open_streams == 0, "the upstream stream closed")
+    assert eng.replicas[0].in_flight == 0
+
+
+async def test_a_begun_request_never_streamed_is_closed_upstream(
+    engine: EngineFactory, upstream: FaultUpstream
+) -> None:
+    eng = await engine(upstream.url)
+    await _idle_connection(eng, upstream)
+    for how in ("forget", "closed at its start"):
+        before = upstream.disconnects
+        prepared = eng.prepare(chat("[[stall_after=1]]"), 64)
+        eng.begin(prepared)
+        await eventually(lambda: upstream.open_streams == 1, "the upstream answering it")
+        if how == "forget":  # the scheduler: cancelled before its task ran
+            eng.forget(prepared)
+        else:
+            stream = eng.stream(prepared)
+            assert await anext(stream) == EngineStart(None)
+            await stream.aclose()
+        gone = before + 1
+        await eventually(lambda: upstream.disconnects == gone,  # noqa: B023 - awaited here
+                         f"{how}: the upstream saw its client go")
+        assert eng.replicas[0].in_flight == 0
+        await eventually(lambda: bool(eng._origins[upstream.url]._idle), "a spare instead")
+    assert text_of(await run(eng, chat("again"))) == expected_text()
+
+
+async def test_a_begun_request_on_a_connection_the_upstream_dropped_goes_on_a_new_one(
+    engine: EngineFactory, upstream: FaultUpstream
+) -> None:
+    eng = await engine(upstream.url)
+    await _idle_connection(eng, upstream)
+    prepared = eng.prepare(chat("hi"), 64)
+    conn = eng._origins[upstream.url]._idle[-1]
+    assert conn.transport is not None
+    conn.transport.abort()  # as if the upstream had closed it; not yet noticed
+    eng.begin(prepared)
+    assert text_of([e async for e in eng.stream(prepared)]) == expected_text()
+    assert eng.replicas[0].in_flight == 0
+
+
 # ---- replicas ---------------------------------------------------------------------------
 
 

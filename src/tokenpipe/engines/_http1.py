@@ -81,26 +81,49 @@ class Origin:
         self._last_request = float("-inf")  # loop time
         self._closed = False
 
-    async def request(self, method: str, path: str, body: bytes = b"",
-                      headers: Mapping[str, str] | None = None,
-                      connect_timeout_s: float | None = None) -> Connection:
-        """Sends the request; returns the connection once the response's head arrived.
-        The caller reads the body, then calls release() (or close(), to abandon it)."""
+    def encode(self, method: str, path: str, body: bytes = b"",
+               headers: Mapping[str, str] | None = None) -> bytes:
+        """The request's bytes: head and body, written in one go."""
         head = [f"{method} {self.prefix}{path} HTTP/1.1", f"host: {self.host_header}",
                 f"content-length: {len(body)}"]
         head += [f"{k}: {v}" for k, v in (headers or {}).items()]
-        data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+        return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+
+    def send_now(self, data: bytes) -> Connection | None:
+        """Writes an encoded request on an idle connection at once, without awaiting
+        anything: None when no idle connection is ready (request() then connects). The
+        caller passes the connection to request(sent=...) for the answer, or closes it."""
         self._last_request = asyncio.get_running_loop().time()
-        if not self._idle and self._connecting:  # a spare is on its way: sooner than a new one
-            await asyncio.wait(set(self._connecting), timeout=connect_timeout_s,
-                               return_when=asyncio.FIRST_COMPLETED)
         while self._idle:
             conn = self._idle.pop()
-            if not conn.reusable():
-                conn.close()
-                continue
+            if conn.reusable():
+                conn.send(data)
+                return conn
+            conn.close()
+        return None
+
+    async def request(self, method: str, path: str, body: bytes = b"",
+                      headers: Mapping[str, str] | None = None,
+                      connect_timeout_s: float | None = None,
+                      sent: Connection | None = None) -> Connection:
+        """Sends the request; returns the connection once the response's head arrived.
+        The caller reads the body, then calls release() (or close(), to abandon it).
+        `sent`: the connection send_now() already wrote this request on."""
+        data = b"" if sent is not None else self.encode(method, path, body, headers)
+        self._last_request = asyncio.get_running_loop().time()
+        if sent is None and not self._idle and self._connecting:
+            # a spare is on its way: sooner than a new connection
+            await asyncio.wait(set(self._connecting), timeout=connect_timeout_s,
+                               return_when=asyncio.FIRST_COMPLETED)
+        while sent is not None or self._idle:
+            conn = sent if sent is not None else self._idle.pop()
+            if sent is None:
+                if not conn.reusable():
+                    conn.close()
+                    continue
+                conn.send(data)
+            sent = None
             try:
-                await conn.send(data)
                 await conn.receive_head()
                 return conn
             except HTTPError:
@@ -109,9 +132,13 @@ class Origin:
                     raise
                 # The server closed the idle connection as we reused it, before reading
                 # our request: nothing was processed, so a fresh connection may send it.
+                data = data or self.encode(method, path, body, headers)
+            except BaseException:  # cancelled while the upstream had not answered yet:
+                conn.close()  # closing is how it learns to drop the request
+                raise
         conn = await self._connect(connect_timeout_s)
         try:
-            await conn.send(data)
+            conn.send(data)
             await conn.receive_head()
         except BaseException:
             conn.close()
@@ -201,8 +228,6 @@ class Connection(asyncio.Protocol):
         self._error: HTTPError | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._paused = False
-        self._writable = True
-        self._drain: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None  # the idle timeout of receive()
         self._since = 0.0  # loop time the current wait began
         self._idle_s = 0.0
@@ -251,26 +276,18 @@ class Connection(asyncio.Protocol):
             self._fail(RemoteProtocolError(
                 f"the connection was lost: {exc}" if exc else
                 "the upstream closed the connection before the answer ended"))
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_result(None)
         self._wake()
         if self._state == "idle":
             self.origin._idle_closed(self)
-
-    def pause_writing(self) -> None:
-        self._writable = False
-
-    def resume_writing(self) -> None:
-        self._writable = True
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_result(None)
 
     # ---- the caller's side ----------------------------------------------------------------
     def reusable(self) -> bool:
         return (self._keep_alive and not self._lost and self._state == "idle"
                 and self.transport is not None and not self.transport.is_closing())
 
-    async def send(self, data: bytes) -> None:
+    def send(self, data: bytes) -> None:
+        """Writes the request (the transport buffers what the socket cannot take yet; its
+        answer is what the caller waits for next)."""
         if self.transport is None or self.transport.is_closing():
             raise WriteError("the connection is closed")
         self._state = "head"
@@ -280,11 +297,6 @@ class Connection(asyncio.Protocol):
         self._body.clear()
         self._error = None
         self.transport.write(data)
-        if not self._writable and not self._lost:
-            self._drain = asyncio.get_running_loop().create_future()
-            await self._drain
-            if self._lost:
-                raise WriteError("the connection was lost while sending the request")
 
     async def receive_head(self) -> None:
         while self._state == "head":

@@ -74,6 +74,15 @@ class Engine(abc.ABC):
     def healthy(self) -> bool:
         return True
 
+    def begin(self, prepared: PreparedRequest) -> None:  # noqa: B027 - optional
+        """The scheduler admitted the request at once: called in the loop turn it arrived
+        in, before stream() runs, for work that needs no await (the openai engine sends the
+        request upstream here, ahead of every other request's set-up). Must not raise.
+        stream(prepared) or forget(prepared) follows."""
+
+    def forget(self, prepared: PreparedRequest) -> None:  # noqa: B027 - optional
+        """stream(prepared) will never run (cancelled before it started): undo begin()."""
+
     def prepare(self, request: GenerationRequest, default_max_tokens: int) -> PreparedRequest:
         """Tokenizes and checks that prompt plus max_tokens fit; nothing is ever truncated."""
         text = self.render(request)
