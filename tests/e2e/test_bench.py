@@ -3,14 +3,17 @@ and the start line that sends every stream's request in the same loop turn."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
+import json
 import re
 import subprocess
 import sys
 
 import pytest
 
-from tokenpipe.bench import StartLine
+from tokenpipe.bench import StartLine, _sse_stream
 
 from tests.conftest import ServerProcess
 
@@ -52,3 +55,61 @@ async def test_a_stream_that_fails_before_the_line_does_not_hold_the_others() ->
     assert not waiter.done()
     line.leave()  # the other stream could not connect
     await asyncio.wait_for(waiter, 5)
+
+
+def _sse_body(*texts: str) -> bytes:
+    events = [{"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}]
+    events += [{"choices": [{"index": 0, "delta": {"content": t}}]} for t in texts]
+    events.append({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 9}})
+    sse = b"".join(b"data: " + json.dumps(e, ensure_ascii=False).encode() + b"\n\n"
+                   for e in events) + b"data: [DONE]\n\n"
+    pieces = [sse[i:i + 7] for i in range(0, len(sse), 7)]  # splits characters and events
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+
+
+async def test_sse_load_client_counts_texts_usage_and_errors() -> None:
+    status = {"code": 200}
+    posts: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = re.search(rb"content-length: (\d+)", head, re.I)
+                body = await reader.readexactly(int(length.group(1)) if length else 0)
+                if head.startswith(b"GET"):
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+                    continue
+                posts.append(head + body)
+                if status["code"] != 200:
+                    writer.write(b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: 2\r\n\r\n{}")
+                    continue
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                             b"Transfer-Encoding: chunked\r\n\r\n"
+                             + _sse_body("日本", "語 🎉", "def f():\n", "    return 1"))
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    args = argparse.Namespace(api_key="k", max_tokens=9, model="m")
+    messages = [{"role": "user", "content": "hi"}]
+    try:
+        result = await _sse_stream(url, args, messages, StartLine(1))
+        assert (result.error, result.deltas, result.tokens) == (None, 4, 9)
+        assert result.ttft > 0 and result.total >= result.ttft
+        sent = posts[-1]
+        assert sent.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
+        assert b"\r\nauthorization: Bearer k\r\n" in sent
+        request = json.loads(sent.split(b"\r\n\r\n", 1)[1])
+        assert request["model"] == "m" and request["stream"] is True
+        assert request["max_tokens"] == 9 and request["messages"] == messages
+        status["code"] = 429
+        result = await _sse_stream(url, args, messages, StartLine(1))
+        assert result.error == "http 429"
+    finally:
+        server.close()
+        await server.wait_closed()
+    line = StartLine(2)
+    result = await _sse_stream(url, args, messages, line)  # nothing listens there now
+    assert result.error is not None and result.error.startswith("ConnectError")
+    assert line.waiting == 1  # it left the start line: the other stream does not wait
