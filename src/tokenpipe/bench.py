@@ -254,13 +254,18 @@ async def _server_cpu(url: str) -> float | None:
     """The server's process_cpu_seconds_total from /metrics (tokenpipe's), else None."""
     import re
 
-    import httpx
+    from .engines import _http1 as http1
 
+    origin = http1.Origin(_base_url(url), spares=False)
     try:
-        async with httpx.AsyncClient(timeout=5) as http:
-            text = (await http.get(_base_url(url) + "/metrics")).text
-    except httpx.HTTPError:
+        async with asyncio.timeout(5):
+            conn = await origin.request("GET", "/metrics")
+            text = (await conn.read()).decode("utf-8", "replace")
+            conn.release()
+    except (http1.HTTPError, TimeoutError):
         return None
+    finally:
+        origin.close()
     found = re.search(r"^process_cpu_seconds_total ([0-9.e+]+)$", text, re.M)
     return float(found.group(1)) if found else None
 

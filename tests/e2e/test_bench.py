@@ -30,6 +30,7 @@ def test_bench_streams_n_clients_and_prints_the_figures(fake_server: ServerProce
     assert "err=0" in line, done.stdout
     found = re.search(r"\((\d+) tokens,", line)
     assert found is not None and int(found.group(1)) == 18, line  # 3 streams x 6 tokens
+    assert "server CPU" in done.stdout  # read from the server's /metrics before and after
 
 
 async def test_start_line_lets_every_stream_go_together() -> None:
