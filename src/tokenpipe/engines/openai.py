@@ -247,14 +247,16 @@ class OpenAIEngine(Engine):
         loop turn it arrived in. Through stream() it would leave a loop turn later, after
         the set-up of every other request that arrived with it (8 at once: about 0.7 ms
         later on average, docs/deployment.md)."""
+        turn = self._turn
         replica = self._pick([])
         origin = self._origins.get(replica.base) if replica is not None else None
         if replica is None or origin is None:
             return  # stream() finds none either and says so
         path, body = self._body(prepared)
         conn = origin.send_now(origin.encode("POST", path, body, self._post_headers))
-        if conn is None:
-            return  # no idle connection: stream() connects (or waits for a spare)
+        if conn is None:  # no idle connection: stream() connects (or waits for a spare)
+            self._turn = turn  # and picks the replica itself, in the same turn
+            return
         replica.in_flight += 1
         prepared.extra[_SENT] = _Sent(replica, conn, path, body)
 
