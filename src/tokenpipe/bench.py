@@ -417,9 +417,10 @@ async def _ws_stream(url: str, args: argparse.Namespace,
 async def _sse_stream(url: str, args: argparse.Namespace,
                       messages: list[dict[str, str]], start_line: StartLine) -> StreamResult:
     """One streamed chat completion over tokenpipe's own small HTTP/1.1 client (the openai
-    engine's): the request in one write, the events parsed as they arrive. httpx cost the
-    bench about 1 ms of CPU per request and wrote head and body apart; on a machine where
-    the bench shares cores with the servers it measures, that CPU is theirs."""
+    engine's): the request in one write, the events parsed as they arrive. An httpx client
+    per stream cost the bench about 40 ms of CPU each (most of it building a TLS context)
+    and wrote head and body apart; on a machine where the bench shares cores with the
+    servers it measures, that CPU is theirs."""
     from .engines import _http1 as http1
     from .engines._sse import SSEDecoder
 

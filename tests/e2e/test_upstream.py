@@ -525,7 +525,7 @@ async def test_a_begun_request_never_streamed_is_closed_upstream(
     assert text_of(await run(eng, chat("again"))) == expected_text()
 
 
-async def test_a_begun_request_on_a_connection_the_upstream_dropped_goes_on_a_new_one(
+async def test_begin_sends_nothing_on_a_dead_idle_connection_and_the_stream_connects(
     engine: EngineFactory, upstream: FaultUpstream
 ) -> None:
     eng = await engine(upstream.url)
@@ -535,6 +535,7 @@ async def test_a_begun_request_on_a_connection_the_upstream_dropped_goes_on_a_ne
     assert conn.transport is not None
     conn.transport.abort()  # as if the upstream had closed it; not yet noticed
     eng.begin(prepared)
+    assert not prepared.extra  # nothing sent: the only idle connection was unusable
     assert text_of([e async for e in eng.stream(prepared)]) == expected_text()
     assert eng.replicas[0].in_flight == 0
 
