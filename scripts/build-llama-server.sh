@@ -36,6 +36,11 @@ say "building llama-server $version (about 4 minutes on 2 cores)"
 start=$(date +%s)
 # Only what llama-server needs: no tests, examples, OpenSSL, curl or prebuilt web UI (that
 # one would be downloaded from Hugging Face), and static libraries so the one binary moves.
+# The same CPU flags as llama-cpp-python's build (setup.sh): the same kernels on both sides
+# of a comparison.
+source scripts/cpu-flags.sh
+fixes=$(native_fixes)
+CFLAGS="${CFLAGS:-} $fixes" CXXFLAGS="${CXXFLAGS:-} $fixes" \
 cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
   -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=OFF \
   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \

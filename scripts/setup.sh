@@ -27,8 +27,22 @@ if [ "$want_test" = 1 ]; then
   .venv/bin/python -c "import torch" 2>/dev/null || { say "installing CPU torch"; "${PIP[@]}" torch==2.13.0; }
   extras="llamacpp,transformers,test"
 fi
+# llama-cpp-python compiles llama.cpp for this CPU; scripts/cpu-flags.sh says what to leave
+# out so the build runs here (AMX).
+source scripts/cpu-flags.sh
+fixes=$(native_fixes)
+export CFLAGS="${CFLAGS:-} $fixes" CXXFLAGS="${CXXFLAGS:-} $fixes"
 say "installing tokenpipe[$extras] (the first llama-cpp-python build takes ~5 minutes)"
 "${PIP[@]}" -e ".[$extras]"
+# A build from pip's wheel cache may come from another CPU or older flags: decode one token,
+# and rebuild from source if that fails.
+if ! .venv/bin/python scripts/llama_smoke.py >/dev/null 2>&1; then
+  say "the installed llama-cpp-python does not run on this CPU: rebuilding it (~5 minutes)"
+  .venv/bin/python -m pip cache remove llama_cpp_python >/dev/null 2>&1 || true
+  "${PIP[@]}" --force-reinstall --no-deps --no-cache-dir "llama-cpp-python==$(
+    .venv/bin/python -c "import importlib.metadata as m; print(m.version('llama-cpp-python'))")"
+  .venv/bin/python scripts/llama_smoke.py
+fi
 
 if [ -f web/package.json ]; then
   if ! command -v npm >/dev/null; then

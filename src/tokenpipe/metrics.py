@@ -6,9 +6,10 @@ import asyncio
 import threading
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
-from prometheus_client.core import HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 TOKEN_GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
@@ -42,6 +43,7 @@ class Metrics:
                               registry=r)
         self.connections = Gauge("tokenpipe_connections", "Open connections, by protocol",
                                  ["protocol"], registry=r)
+        self.engines = EngineCounters(r)
         # For soak tests and leak hunting: these must come back to their idle values.
         ProcessCollector(registry=r)  # process_resident_memory_bytes, open fds, ...
         Gauge("tokenpipe_threads", "Threads in the server process",
@@ -75,6 +77,31 @@ class LoopHistogram:
             cumulative.append((bound, total))
         yield HistogramMetricFamily(self.name, self.documentation, buckets=cumulative,
                                     sum_value=self.sum)
+
+
+class EngineCounters:
+    """Faults of each model's engine and its recoveries, read from the engines themselves
+    (`failures`, `restarts`): they happen in engine threads, counted where they happen."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.engines: dict[str, Any] = {}  # model -> engine
+        registry.register(self)
+
+    def watch(self, model: str, engine: Any) -> None:
+        self.engines[model] = engine
+
+    def collect(self) -> Iterator[Metric]:
+        failures = CounterMetricFamily(
+            "tokenpipe_engine_failures", "Faults of an engine's loop that ended the "
+            "generations it was running", labels=["model"])
+        restarts = CounterMetricFamily(
+            "tokenpipe_engine_restarts", "Times an engine recovered from a fault by itself "
+            "(a fresh context and loop, the model kept loaded)", labels=["model"])
+        for model, engine in self.engines.items():
+            failures.add_metric([model], getattr(engine, "failures", 0))
+            restarts.add_metric([model], getattr(engine, "restarts", 0))
+        yield failures
+        yield restarts
 
 
 def _task_count() -> int:

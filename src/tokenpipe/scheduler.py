@@ -42,6 +42,7 @@ class Scheduler:
             model = engine.info.model_id
             metrics.active.labels(model).set_function(lambda: self.running)
             metrics.queued.labels(model).set_function(lambda: len(self._waiting))
+            metrics.engines.watch(model, engine)
         self.running = 0
         self._waiting: deque[tuple[GenerationSession, asyncio.Future[None]]] = deque()
         self._tasks: dict[asyncio.Task[None], GenerationSession] = {}
@@ -215,6 +216,7 @@ class Scheduler:
                 elif isinstance(event, EngineFinish):
                     if session.prompt_tokens is None:
                         session.prompt_tokens = event.usage.prompt_tokens
+                    session.cached_tokens = event.usage.cached_tokens
                     session.add_text(stop.flush(), 0)
                     session.finish(event.reason)
                     return

@@ -74,6 +74,7 @@ class GenerationSession:
         self.position = 0
         self.prompt_tokens: int | None = None
         self.completion_tokens = 0
+        self.cached_tokens = 0
         self.created = time.perf_counter()
         self.started_at: float | None = None
         self.first_token_at: float | None = None
@@ -150,7 +151,7 @@ class GenerationSession:
                 await self._changed.wait()
 
     def usage(self) -> Usage:
-        return Usage(self.prompt_tokens or 0, self.completion_tokens)
+        return Usage(self.prompt_tokens or 0, self.completion_tokens, self.cached_tokens)
 
     @property
     def next_seq(self) -> int:

@@ -59,6 +59,7 @@ class FinishReason(enum.StrEnum):
 class Usage:
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int = 0  # prompt tokens whose KV came from a cache, not decoded again
 
     @property
     def total_tokens(self) -> int:

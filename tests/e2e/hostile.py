@@ -17,6 +17,7 @@ attack going on (a non-streamed HTTP request with the same prompt).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from types import TracebackType
@@ -94,7 +95,7 @@ class Bystander:
         """The longest gap between consecutive deltas, less the pace itself."""
         times = [t for f, t in zip(self.frames, self.arrivals, strict=True)
                  if f["type"] == "delta"]
-        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        gaps = [b - a for a, b in itertools.pairwise(times)]
         return max(0.0, max(gaps, default=0.0) - self.pace_s)
 
     def check(self) -> None:

@@ -124,9 +124,12 @@ def finish_events(progress: Progress, replica: Replica) -> list[EngineEvent]:
     events: list[EngineEvent] = []
     if completion > progress.texts:  # chunks that carried several tokens, or none of text
         events.append(EngineText("", tokens=completion - progress.texts))
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
     events.append(EngineFinish(reason or FinishReason.STOP,
                                Usage(prompt if isinstance(prompt, int) else 0,
-                                     max(completion, progress.texts))))
+                                     max(completion, progress.texts),
+                                     cached if isinstance(cached, int) else 0)))
     return events
 
 

@@ -71,8 +71,17 @@ class Engine(abc.ABC):
     async def aclose(self) -> None:  # noqa: B027 - optional: most engines free nothing
         """Frees the model. Running streams end."""
 
+    failures: int = 0  # faults of the engine's own loop that ended generations in flight
+    restarts: int = 0  # times the engine recovered from such a fault by itself
+
     def healthy(self) -> bool:
+        """Can take requests now (loaded, its loop running)."""
         return True
+
+    @property
+    def failure(self) -> str | None:
+        """Why the engine can serve nothing any more (it could not recover), else None."""
+        return None
 
     def begin(self, prepared: PreparedRequest) -> None:  # noqa: B027 - optional
         """The scheduler admitted the request at once: called in the loop turn it arrived
@@ -83,23 +92,33 @@ class Engine(abc.ABC):
     def forget(self, prepared: PreparedRequest) -> None:  # noqa: B027 - optional
         """stream(prepared) will never run (cancelled before it started): undo begin()."""
 
+    def encode(self, request: GenerationRequest, text: str) -> Sequence[int]:
+        """The prompt's ids: the rendered chat as it is (the template writes its own special
+        tokens); engines whose tokenizer adds a BOS to raw completions override this."""
+        return self.tokenize(text)
+
     def prepare(self, request: GenerationRequest, default_max_tokens: int) -> PreparedRequest:
-        """Tokenizes and checks that prompt plus max_tokens fit; nothing is ever truncated."""
+        """Tokenizes and checks that prompt plus max_tokens fit; nothing is ever truncated.
+        A prompt that leaves no room for one token is the prompt's fault (`param` names
+        `messages` or `prompt`), one that leaves too little for an explicit max_tokens is
+        max_tokens' (an absent one means "the default, or what still fits")."""
         text = self.render(request)
-        ids = self.tokenize(text)
+        ids = self.encode(request, text)
+        prompt_param = "prompt" if request.prompt is not None else "messages"
         if not ids:
-            raise BadRequest("the prompt is empty after tokenization", param="prompt")
+            raise BadRequest("the prompt is empty after tokenization", param=prompt_param)
         limit = self.info.context_tokens
-        asked = request.params.max_tokens
-        # An absent max_tokens means "the default, or what still fits"; an explicit one is a
-        # promise the client relies on, so it must fit whole.
-        max_tokens = min(default_max_tokens, limit - len(ids)) if asked is None else asked
-        if max_tokens < 1 or len(ids) + max_tokens > limit:
+        if len(ids) >= limit:
             raise ContextOverflow(
-                f"prompt ({len(ids)} tokens) plus max_tokens ({max(max_tokens, 1)}) exceeds "
-                f"the context of {limit} tokens",
-                param="max_tokens" if asked is not None else "messages",
-            )
+                f"the prompt has {len(ids)} tokens; the context holds {limit}, and at least "
+                "one must be left for the answer: shorten the prompt", param=prompt_param)
+        asked = request.params.max_tokens
+        max_tokens = min(default_max_tokens, limit - len(ids)) if asked is None else asked
+        if len(ids) + max_tokens > limit:
+            raise ContextOverflow(
+                f"prompt ({len(ids)} tokens) plus max_tokens ({max_tokens}) exceeds the "
+                f"context of {limit} tokens: at most {limit - len(ids)} fit",
+                param="max_tokens")
         return PreparedRequest(request, text, ids, max_tokens)
 
 

@@ -84,6 +84,7 @@ class _Seq:
     batch_index: int = -1  # where this step's logits for it are
     donor: _Seq | None = None  # a running sequence whose prompt prefix this one will copy
     share: int = 0  # how many prompt tokens it copies from the donor
+    cached: int = 0  # prompt tokens taken from a cache (its slot's or a donor's)
 
 
 class LlamaCppEngine(Engine):
@@ -101,6 +102,9 @@ class LlamaCppEngine(Engine):
         self._stop = False
         self._thread: threading.Thread | None = None
         self._failure: str | None = None
+        self.failures = 0  # decode-loop faults that ended the generations in flight
+        self.restarts = 0  # fresh contexts after such a fault
+        self._threadpool: Any = None
         self._pieces: dict[int, bytes] = {}
         self.reused_prefix_tokens = 0  # prompt tokens found in a slot's cache, not decoded
         self.shared_prefix_tokens = 0  # prompt tokens copied from another sequence
@@ -127,7 +131,17 @@ class LlamaCppEngine(Engine):
         if not self._model:
             raise EngineError(f"llama.cpp could not load {path}")
         self._vocab = lc.llama_model_get_vocab(self._model)
-        threads = self.options.threads or os.cpu_count() or 1
+        self._n_vocab = lc.llama_vocab_n_tokens(self._vocab)
+        self._formatter = self._chat_formatter()
+        self.model_path = path
+        self._new_context()
+        log.info("loaded %s: context %d per sequence x %d, %d threads", path.name,
+                 self.info.context_tokens, self.parallel, self._threads)
+
+    def _new_context(self) -> None:
+        """A fresh context, batch and thread pool for the loaded model (at load, and when the
+        engine recovers from a fault: the old context's state is unknown then)."""
+        threads = self._threads = self.options.threads or os.cpu_count() or 1
         cparams = lc.llama_context_default_params()
         cparams.n_ctx = self.options.context_size
         cparams.n_batch = max(2048, PROMPT_CHUNK + self.parallel)
@@ -144,15 +158,10 @@ class LlamaCppEngine(Engine):
         self._threadpool = _ggml_threadpool.attach(self._ctx, threads)
         self.info = EngineInfo("llamacpp", self.info.model_id,
                                lc.llama_n_ctx_seq(self._ctx), self.parallel)
-        self._n_vocab = lc.llama_vocab_n_tokens(self._vocab)
         self._batch = lc.llama_batch_init(cparams.n_batch, 0, 1)
         self._batch_cap = cparams.n_batch
         self._cached: list[list[int]] = [[] for _ in range(self.parallel)]
         self._free: list[int] = list(range(self.parallel))
-        self._formatter = self._chat_formatter()
-        self.model_path = path
-        log.info("loaded %s: context %d per sequence x %d, %d threads", path.name,
-                 self.info.context_tokens, self.parallel, threads)
 
     def _meta(self, key: str) -> str | None:
         buf = ctypes.create_string_buffer(1 << 16)
@@ -193,14 +202,9 @@ class LlamaCppEngine(Engine):
             n = lc.llama_tokenize(self._vocab, data, len(data), out, capacity, add_special, True)
         return list(out[:n])
 
-    def prepare(self, request: GenerationRequest, default_max_tokens: int) -> PreparedRequest:
-        prepared = super().prepare(request, default_max_tokens)
-        if request.prompt is not None:  # raw completion: the model's BOS, as llama.cpp adds it
-            ids = self.tokenize(prepared.prompt_text, add_special=True)
-            prepared = PreparedRequest(request, prepared.prompt_text, ids,
-                                       min(prepared.max_tokens,
-                                           self.info.context_tokens - len(ids)))
-        return prepared
+    def encode(self, request: GenerationRequest, text: str) -> list[int]:
+        # a raw completion gets the model's BOS, as llama.cpp adds it
+        return self.tokenize(text, add_special=request.prompt is not None)
 
     def _piece(self, token: int, *, special: bool = False) -> bytes:
         if not special and token in self._pieces:
@@ -219,6 +223,10 @@ class LlamaCppEngine(Engine):
     def healthy(self) -> bool:
         return self._failure is None and self._thread is not None and self._thread.is_alive()
 
+    @property
+    def failure(self) -> str | None:
+        return self._failure
+
     async def stream(self, prepared: PreparedRequest) -> AsyncIterator[EngineEvent]:
         if not self.healthy():
             raise EngineUnavailable(self._failure or "the llama.cpp engine is not running")
@@ -227,6 +235,8 @@ class LlamaCppEngine(Engine):
                    list(prepared.prompt_ids), prepared.max_tokens)
         self._inbox.put(seq)
         self._wake.set()
+        if self._failure is not None:  # failed for good between the check and the put
+            raise EngineUnavailable(self._failure)
         try:
             yield EngineStart(len(seq.prompt))
             while True:
@@ -256,12 +266,19 @@ class LlamaCppEngine(Engine):
         self._free_context()
 
     def _free_context(self) -> None:
+        self._free_run_state()
+        if getattr(self, "_model", None):
+            lc.llama_model_free(self._model)
+            self._model = None
+
+    def _free_run_state(self) -> None:
+        """Frees the context, its batch and thread pool; the model stays loaded."""
         if getattr(self, "_ctx", None):
             if self._threadpool is not None:
                 self._threadpool.close()
+                self._threadpool = None
             lc.llama_batch_free(self._batch)
             lc.llama_free(self._ctx)
-            lc.llama_model_free(self._model)
             self._ctx = None
 
     # ---- the decode thread --------------------------------------------------------------
@@ -269,26 +286,57 @@ class LlamaCppEngine(Engine):
         waiting: deque[_Seq] = deque()
         active: list[_Seq] = []
         try:
-            while not self._stop:
-                while True:
-                    try:
-                        waiting.append(self._inbox.get_nowait())
-                    except queue.Empty:
-                        break
-                self._drop_cancelled(waiting, active)
-                while waiting and self._free:
-                    seq = waiting.popleft()
-                    self._assign(seq, active)
-                    active.append(seq)
-                if not active:
-                    self._wake.wait()
-                    self._wake.clear()
-                    continue
-                self._step(active)
-        except BaseException as exc:  # the context is in an unknown state: fail everything
-            self._failure = f"decode thread died: {type(exc).__name__}: {exc}"
-            log.exception("llama.cpp decode thread failed")
-            hand_over([(seq, [EngineError(self._failure)]) for seq in [*active, *waiting]])
+            self._loop(waiting, active)
+        except BaseException as exc:  # the context is in an unknown state
+            self._recover(exc, [*active, *waiting])
+
+    def _loop(self, waiting: deque[_Seq], active: list[_Seq]) -> None:
+        while not self._stop:
+            while True:
+                try:
+                    waiting.append(self._inbox.get_nowait())
+                except queue.Empty:
+                    break
+            self._drop_cancelled(waiting, active)
+            while waiting and self._free:
+                seq = waiting[0]
+                self._assign(seq, active)
+                waiting.popleft()
+                active.append(seq)
+            if not active:
+                self._wake.wait()
+                self._wake.clear()
+                continue
+            self._step(active)
+
+    def _recover(self, exc: BaseException, in_flight: list[_Seq]) -> None:
+        """Ends the generations in flight with the reason, then carries on with a fresh
+        context and decode thread (the model stays loaded); if even that fails, the engine
+        is marked failed for good and /health says why."""
+        reason = f"the llama.cpp decode loop failed: {type(exc).__name__}: {exc}"
+        log.error("%s; recovering", reason, exc_info=exc)
+        self.failures += 1
+        hand_over([(seq, [EngineError(reason)]) for seq in in_flight])
+        for seq in in_flight:
+            if seq.sampler is not None:
+                lc.llama_sampler_free(seq.sampler)
+                seq.sampler = None
+        try:
+            self._free_run_state()
+            self._new_context()
+        except Exception as again:
+            self._failure = (f"{reason}; a fresh context failed too: "
+                             f"{type(again).__name__}: {again}")
+            log.error("llama.cpp engine cannot recover: %s", self._failure)
+            hand_over([(seq, [EngineUnavailable(self._failure)])
+                       for seq in _drain(self._inbox)])
+            return
+        self.restarts += 1
+        if not self._stop:
+            self._thread = threading.Thread(target=self._run, name="llamacpp-decode",
+                                            daemon=True)
+            self._thread.start()
+        log.warning("llama.cpp engine recovered (restart %d)", self.restarts)
 
     def _drop_cancelled(self, waiting: deque[_Seq], active: list[_Seq]) -> None:
         for seq in [s for s in waiting if s.cancelled]:
@@ -318,7 +366,9 @@ class LlamaCppEngine(Engine):
         del self._cached[best][common:]
         self.reused_prefix_tokens += common
         seq.slot, seq.n_past, seq.todo = best, common, seq.prompt[common:]
-        seq.sampler = _make_sampler(seq.prepared.request.params, self._n_vocab)
+        seq.cached = common
+        seq.sampler = _make_sampler(seq.prepared.request.params, self._n_vocab, seq.prompt,
+                                   self.info.context_tokens)
         donor, share = None, common + SHARE_MIN
         for other in active:
             shared = min(_common_prefix(other.prompt, seq.prompt), limit)
@@ -338,6 +388,7 @@ class LlamaCppEngine(Engine):
         self._cached[seq.slot] = self._cached[donor.slot][: seq.share]
         self.shared_prefix_tokens += seq.share
         seq.n_past, seq.todo = seq.share, seq.prompt[seq.share :]
+        seq.cached = seq.share
         seq.donor, seq.share = None, 0
 
     def _release(self, seq: _Seq) -> None:
@@ -422,11 +473,21 @@ class LlamaCppEngine(Engine):
             tail = seq.decoder.flush()
             if tail:
                 items.append(EngineText(tail, tokens=0))
-            items.append(EngineFinish(finish, Usage(len(seq.prompt), seq.generated)))
+            items.append(EngineFinish(finish, Usage(len(seq.prompt), seq.generated,
+                                                    seq.cached)))
             active.remove(seq)
             self._release(seq)
         seq.last = token
         return items
+
+
+def _drain(inbox: queue.SimpleQueue[_Seq]) -> list[_Seq]:
+    out: list[_Seq] = []
+    while True:
+        try:
+            out.append(inbox.get_nowait())
+        except queue.Empty:
+            return out
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -437,16 +498,27 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
-def _make_sampler(params: SamplingParams, n_vocab: int) -> Any:
-    """None for plain greedy (argmax is cheaper than a sampler chain), else a chain."""
-    penalties = (params.repetition_penalty != 1.0 or params.frequency_penalty != 0.0
-                 or params.presence_penalty != 0.0)
-    if params.greedy and not penalties:
+def _make_sampler(params: SamplingParams, n_vocab: int, prompt: Sequence[int],
+                  window: int) -> Any:
+    """None for plain greedy (argmax is cheaper than a sampler chain), else a chain.
+
+    The penalties mean what they mean on the transformers engine and in vLLM: the
+    repetition penalty covers the prompt and the answer, presence and frequency (OpenAI's)
+    count only the answer's tokens. `window` (the sequence's context) bounds both."""
+    repeat = params.repetition_penalty != 1.0
+    counted = params.frequency_penalty != 0.0 or params.presence_penalty != 0.0
+    if params.greedy and not (repeat or counted):
         return None
     chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
-    if penalties:
+    if repeat:
+        sampler = lc.llama_sampler_init_penalties(n_vocab, window, params.repetition_penalty,
+                                                  0.0, 0.0)
+        for token in prompt[-window:]:  # the chain accepts only what it samples
+            lc.llama_sampler_accept(sampler, token)
+        lc.llama_sampler_chain_add(chain, sampler)
+    if counted:
         lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_penalties(
-            64, params.repetition_penalty, params.frequency_penalty, params.presence_penalty))
+            n_vocab, window, 1.0, params.frequency_penalty, params.presence_penalty))
     if params.greedy:
         lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_greedy())
         return chain

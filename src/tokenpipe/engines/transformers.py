@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ContextOverflow, EngineError, EngineUnavailable, MissingDependency
+from ..errors import EngineError, EngineUnavailable, MissingDependency
 from ..text import IdDetokenizer
 from ..types import (
     EngineEvent,
@@ -188,24 +188,10 @@ class TransformersEngine(Engine):
         ids: list[int] = self._tok(text, add_special_tokens=add_special)["input_ids"]
         return ids
 
-    def prepare(self, request: GenerationRequest, default_max_tokens: int) -> PreparedRequest:
-        prepared = super().prepare(request, default_max_tokens)
-        if request.prompt is None:
-            return prepared
-        # A raw completion gets the tokenizer's own BOS where it adds one (the chat
-        # template writes its own); re-check the fit in the rare case that adds tokens.
-        ids = self.tokenize(prepared.prompt_text, add_special=True)
-        extra = len(ids) - prepared.prompt_tokens
-        if extra <= 0:
-            return prepared
-        max_tokens = prepared.max_tokens
-        if request.params.max_tokens is None:
-            max_tokens = min(max_tokens, self.info.context_tokens - len(ids))
-        if max_tokens < 1 or len(ids) + max_tokens > self.info.context_tokens:
-            raise ContextOverflow(
-                f"prompt ({len(ids)} tokens) plus max_tokens ({max(max_tokens, 1)}) exceeds "
-                f"the context of {self.info.context_tokens} tokens", param="max_tokens")
-        return PreparedRequest(request, prepared.prompt_text, ids, max_tokens)
+    def encode(self, request: GenerationRequest, text: str) -> list[int]:
+        # A raw completion gets the tokenizer's own BOS where it adds one (the chat template
+        # writes its own).
+        return self.tokenize(text, add_special=request.prompt is not None)
 
     def _detokenizer(self, prompt_ids: Sequence[int]) -> IdDetokenizer:
         tok = self._tok
@@ -247,41 +233,64 @@ class TransformersEngine(Engine):
     def _run(self) -> None:
         waiting: deque[_Seq] = deque()
         rows: list[_Seq] = []  # rows[i] is row i of batch
-        batch = KVBatch(self._device)
-        prefilled = False  # the last step was a prefill
         try:
             with torch.inference_mode():
-                while not self._stop:
-                    while True:
-                        try:
-                            waiting.append(self._inbox.get_nowait())
-                        except queue.Empty:
-                            break
-                    for seq in [s for s in waiting if s.cancelled]:
-                        waiting.remove(seq)
-                    rows = self._keep(batch, rows, lambda s: not s.cancelled)
-                    # Waiting requests are prefilled together, a group bounded by
-                    # prefill_tokens; between two prefill groups the running sequences take
-                    # a step, so a burst of arrivals cannot stall them for long.
-                    if waiting and len(rows) < self.info.max_batch and not (prefilled and rows):
-                        group = self._take_group(waiting, self.info.max_batch - len(rows))
-                        rows = self._admit(group, batch, rows)
-                        prefilled = True
-                    elif rows:
-                        rows = self._decode(batch, rows)
-                        prefilled = False
-                    else:
-                        self._wake.wait()
-                        self._wake.clear()
-            stopped: BaseException = EngineUnavailable("the transformers engine was closed")
-        except BaseException as exc:  # a bug in this loop: nothing can run any more
-            self._failure = f"decode thread died: {type(exc).__name__}: {exc}"
-            log.exception("transformers decode thread failed")
-            stopped = EngineUnavailable(self._failure)
+                self._loop(waiting, rows)
+        except BaseException as exc:  # a bug in this loop: its batch state is unknown
+            self._recover(exc, [*rows, *waiting])
+            return
         left = [*rows, *waiting, *_drain(self._inbox)]
         for seq in left:
-            seq.out.append(stopped)
+            seq.out.append(EngineUnavailable("the transformers engine was closed"))
         self._flush(left)
+
+    def _loop(self, waiting: deque[_Seq], rows: list[_Seq]) -> None:
+        """Runs until closed; `waiting` and `rows` hold what is in flight (for _recover)."""
+        batch = KVBatch(self._device)
+        prefilled = False  # the last step was a prefill
+        while not self._stop:
+            while True:
+                try:
+                    waiting.append(self._inbox.get_nowait())
+                except queue.Empty:
+                    break
+            for seq in [s for s in waiting if s.cancelled]:
+                waiting.remove(seq)
+            rows[:] = self._keep(batch, rows, lambda s: not s.cancelled)
+            # Waiting requests are prefilled together, a group bounded by prefill_tokens;
+            # between two prefill groups the running sequences take a step, so a burst of
+            # arrivals cannot stall them for long.
+            if waiting and len(rows) < self.info.max_batch and not (prefilled and rows):
+                group = self._take_group(waiting, self.info.max_batch - len(rows))
+                try:
+                    rows[:] = self._admit(group, batch, rows)
+                except BaseException:
+                    rows.extend(s for s in group if s not in rows)  # in flight too
+                    raise
+                prefilled = True
+            elif rows:
+                rows[:] = self._decode(batch, rows)
+                prefilled = False
+            else:
+                self._wake.wait()
+                self._wake.clear()
+
+    def _recover(self, exc: BaseException, in_flight: list[_Seq]) -> None:
+        """Ends the generations in flight with the reason and starts a fresh decode thread
+        with an empty batch (the model stays loaded)."""
+        reason = f"the transformers decode loop failed: {type(exc).__name__}: {exc}"
+        log.error("%s; recovering", reason, exc_info=exc)
+        self.failures += 1
+        for seq in in_flight:
+            seq.out.append(EngineError(reason))
+        self._flush(in_flight)
+        if self._stop:
+            return
+        self.restarts += 1
+        self._thread = threading.Thread(target=self._run, name="transformers-decode",
+                                        daemon=True)
+        self._thread.start()
+        log.warning("transformers engine recovered (restart %d)", self.restarts)
 
     def _take_group(self, waiting: deque[_Seq], room: int) -> list[_Seq]:
         """Removes from `waiting` the requests to prefill now: the oldest, and others of a

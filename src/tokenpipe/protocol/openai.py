@@ -380,10 +380,26 @@ def validation_error(errors: Sequence[Any]) -> OpenAIError:
 # ---- response objects (what the schema documents; encoded with model_dump_json) ---------
 
 
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = Field(default=0, description="Prompt tokens whose KV cache was "
+                               "reused (an earlier turn, a shared prefix), not decoded again")
+    audio_tokens: int = 0
+
+
+class CompletionTokensDetails(BaseModel):
+    reasoning_tokens: int = 0
+    audio_tokens: int = 0
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
+
+
 class UsageInfo(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails = Field(default_factory=PromptTokensDetails)
+    completion_tokens_details: CompletionTokensDetails = Field(
+        default_factory=CompletionTokensDetails)
 
 
 class AssistantMessage(BaseModel):

@@ -40,11 +40,21 @@ class UIFiles(StaticFiles):
     """The built web UI; looked up per request, so a UI built after start is served."""
 
     async def get_response(self, path: str, scope: Scope) -> Response:
+        if scope["method"] not in ("GET", "HEAD") and not self._exists(path):
+            # what a client that POSTs to a path of another API (/api/chat) must hear: the
+            # path is unknown here, not "use another method"
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
         if not (STATIC / "index.html").is_file():
             if path in ("", ".", "index.html"):
                 return HTMLResponse(_NO_UI)
             return PlainTextResponse("Not Found", status_code=404)
         return await super().get_response(path, scope)
+
+    def _exists(self, path: str) -> bool:
+        if path in ("", "."):
+            return True
+        _, found = self.lookup_path(path)
+        return found is not None
 
 
 class KeepRawSend:
@@ -94,8 +104,9 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     async def health() -> JSONResponse:
         """200 when the model is loaded and the engine healthy, else 503."""
         body = {"status": "ok" if runtime.ready else "loading", "models": runtime.models}
-        if runtime.load_error:
-            body.update(status="error", error=runtime.load_error)
+        error = runtime.load_error or runtime.engine_failure
+        if error:
+            body.update(status="error", error=error)
         return JSONResponse(body, status_code=200 if runtime.ready else 503)
 
     @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)

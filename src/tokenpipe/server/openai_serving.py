@@ -33,6 +33,7 @@ from ..protocol.openai import (
     ChunkChoice,
     ChunkDelta,
     Completion,
+    PromptTokensDetails,
     TextChoice,
     UsageInfo,
     error_body,
@@ -62,7 +63,9 @@ def error_response(exc: TokenpipeError) -> Response:
 def _usage(usage: Usage) -> UsageInfo:
     return UsageInfo(prompt_tokens=usage.prompt_tokens,
                      completion_tokens=usage.completion_tokens,
-                     total_tokens=usage.total_tokens)
+                     total_tokens=usage.total_tokens,
+                     prompt_tokens_details=PromptTokensDetails(
+                         cached_tokens=usage.cached_tokens))
 
 
 # The per-token chunk is the one hot path: built once through its pydantic model with a

@@ -38,6 +38,13 @@ class Runtime:
                 and all(s.engine.healthy() for s in self.schedulers.values()))
 
     @property
+    def engine_failure(self) -> str | None:
+        """Why a loaded model's engine can serve nothing any more (it could not recover)."""
+        failed = [f"{name}: {s.engine.failure}" for name, s in self.schedulers.items()
+                  if s.engine.failure]
+        return "; ".join(failed) or None
+
+    @property
     def scheduler(self) -> Scheduler | None:
         """The default model's scheduler (the first configured)."""
         return next(iter(self.schedulers.values()), None)

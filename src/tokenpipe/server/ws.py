@@ -198,7 +198,9 @@ def event_frame(stream_id: str, event: Event) -> dict[str, Any]:
             "id": stream_id,
             "finish_reason": event.reason.value,
             "usage": {"prompt_tokens": event.usage.prompt_tokens,
-                      "completion_tokens": event.usage.completion_tokens},
+                      "completion_tokens": event.usage.completion_tokens,
+                      "prompt_tokens_details": {"cached_tokens": event.usage.cached_tokens},
+                      "completion_tokens_details": {"reasoning_tokens": 0}},
             "timing": {"queue_ms": t.queue_ms, "ttft_ms": t.ttft_ms, "total_ms": t.total_ms,
                        "tokens_per_s": t.tokens_per_s},
         }

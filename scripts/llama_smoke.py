@@ -1,0 +1,22 @@
+"""Exit 0 when llama-cpp-python decodes a token of the bundled model on this CPU (setup.sh
+runs it after install; a build for another CPU dies here, not in the first request)."""
+
+import llama_cpp as lc
+from llama_cpp import _logger
+
+from tokenpipe.engines.base import bundled_model_path
+
+_logger.set_verbose(False)
+lc.llama_backend_init()
+model = lc.llama_model_load_from_file(str(bundled_model_path()).encode(),
+                                      lc.llama_model_default_params())
+assert model, "the model did not load"
+params = lc.llama_context_default_params()
+params.n_ctx = 64
+ctx = lc.llama_init_from_model(model, params)
+assert ctx, "no context"
+batch = lc.llama_batch_get_one((lc.llama_token * 1)(1), 1)
+assert lc.llama_decode(ctx, batch) == 0, "llama_decode failed"
+lc.llama_free(ctx)
+lc.llama_model_free(model)
+print("llama.cpp runs on this CPU")
