@@ -29,7 +29,7 @@ PARAMS: list[dict[str, Any]] = [
 ASK: Any = [{"role": "user", "content": "Write the word 'hello' ten times."}]
 
 
-MODEL = "SmolLM2-135M-Instruct.Q4_1"  # the bundled file's name, as /v1/models lists it
+MODEL = "SmolLM2-135M-Instruct"  # the bundled model, as /v1/models lists it
 
 
 def sdk(server: ServerProcess) -> openai.OpenAI:
