@@ -164,3 +164,32 @@ async def test_begin_only_for_requests_admitted_at_once_and_forget_if_never_stre
     await cancelled.done.wait()
     assert [c[0] for c in engine.calls] == ["begin", "begin", "forget"]
     assert "three" in engine.calls[-1][1] and s.running == 0
+
+
+class _RecordingEngine(FakeEngine):
+    """The fake engine, noting which thread prepared each request."""
+
+    threads: list[str]
+
+    def prepare(self, request: GenerationRequest, default_max_tokens: int) -> PreparedRequest:
+        import threading
+
+        self.threads.append(threading.current_thread().name)
+        return super().prepare(request, default_max_tokens)
+
+
+async def test_a_long_prompt_is_tokenized_off_the_event_loop() -> None:
+    from tokenpipe.scheduler import INLINE_PROMPT_CHARS
+
+    engine = _RecordingEngine(context_tokens=1 << 20)
+    engine.threads = []
+    s = Scheduler(engine)
+    short = await s.start(req("[[tokens=3]]"))
+    long = await s.start(req("[[tokens=3]]" + "x" * (INLINE_PROMPT_CHARS + 1)))
+    for session in (short, long):
+        assert isinstance([e async for e in session.events()][-1], Finished)
+    loop_thread = "MainThread"
+    assert engine.threads[0] == loop_thread  # a short prompt: in place, no thread hop
+    assert engine.threads[1] != loop_thread  # a long one: in a worker thread
+    with pytest.raises(ContextOverflow):  # errors of the worker's prepare reach the caller
+        await Scheduler(FakeEngine(context_tokens=64)).start(req("x" * (INLINE_PROMPT_CHARS * 2)))

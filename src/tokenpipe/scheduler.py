@@ -11,7 +11,7 @@ import logging
 import time
 from collections import deque
 
-from .engines.base import Engine
+from .engines.base import Engine, PreparedRequest
 from .errors import ContextOverflow, EngineError, Overloaded, ShuttingDown, TokenpipeError
 from .metrics import Metrics
 from .session import Failed, GenerationSession
@@ -19,6 +19,15 @@ from .text import StopMatcher
 from .types import EngineFinish, EngineStart, EngineText, FinishReason, GenerationRequest
 
 log = logging.getLogger("tokenpipe.scheduler")
+# Prompts up to this many characters are tokenized in place (tens of microseconds; a thread
+# hop would cost more); longer ones in a worker thread.
+INLINE_PROMPT_CHARS = 16384
+
+
+def _prompt_chars(request: GenerationRequest) -> int:
+    if request.prompt is not None:
+        return len(request.prompt)
+    return sum(len(m.content) for m in request.messages or ())
 
 
 class Scheduler:
@@ -52,11 +61,26 @@ class Scheduler:
     def queued(self) -> int:
         return len(self._waiting)
 
-    def submit(self, request: GenerationRequest, *, resumable: bool = False) -> GenerationSession:
+    async def start(self, request: GenerationRequest, *,
+                    resumable: bool = False) -> GenerationSession:
+        """submit(), with a long prompt templated and tokenized in a worker thread: a
+        megabyte of text takes the tokenizer a good part of a second, which on the event
+        loop would stall every other stream."""
+        if self._closing:
+            raise ShuttingDown("the server is shutting down")
+        prepared = None
+        if _prompt_chars(request) > INLINE_PROMPT_CHARS:
+            prepared = await asyncio.to_thread(self.engine.prepare, request,
+                                               self.default_max_tokens)
+        return self.submit(request, resumable=resumable, prepared=prepared)
+
+    def submit(self, request: GenerationRequest, *, resumable: bool = False,
+               prepared: PreparedRequest | None = None) -> GenerationSession:
         """Checks the request and starts it (or queues it). Raises before anything runs."""
         if self._closing:
             raise ShuttingDown("the server is shutting down")
-        prepared = self.engine.prepare(request, self.default_max_tokens)
+        if prepared is None:
+            prepared = self.engine.prepare(request, self.default_max_tokens)
         if self.max_prompt_tokens is not None and prepared.prompt_tokens > self.max_prompt_tokens:
             raise ContextOverflow(
                 f"the prompt has {prepared.prompt_tokens} tokens; this server accepts at most "

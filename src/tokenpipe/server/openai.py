@@ -118,14 +118,14 @@ def _responses(chunk: type[ChatCompletionChunk | Completion], example: str) -> d
              responses=_responses(ChatCompletionChunk, _CHAT_SSE))
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     """A chat answer from the model, whole or streamed token by token."""
-    return _start(request, body, ChatRender)
+    return await _start(request, body, ChatRender)
 
 
 @router.post("/completions", response_model=Completion,
              responses=_responses(Completion, _TEXT_SSE))
 async def completions(body: CompletionRequest, request: Request) -> Response:
     """A raw-text continuation (no chat template), whole or streamed."""
-    return _start(request, body, CompletionRender)
+    return await _start(request, body, CompletionRender)
 
 
 @router.get("/models", response_model=ModelList, responses=_ERRORS)
@@ -171,12 +171,12 @@ def _card(request: Request, model_id: str) -> ModelCard:
     return ModelCard(id=model_id, created=_STARTED, max_model_len=context)
 
 
-def _start(request: Request, body: ChatCompletionRequest | CompletionRequest,
-           render: type[ChatRender | CompletionRender]) -> Response:
+async def _start(request: Request, body: ChatCompletionRequest | CompletionRequest,
+                 render: type[ChatRender | CompletionRender]) -> Response:
     runtime = _runtime(request)
     scheduler = runtime.require(body.model)
     try:
-        session = scheduler.submit(body.to_request())
+        session = await scheduler.start(body.to_request())
     except TokenpipeError as exc:  # name the field this client sent
         if exc.param == "max_tokens":
             exc.param = body.max_tokens_param
@@ -213,13 +213,13 @@ class FastCompletions:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        response = self._plain(scope, body, *route)
+        response = await self._plain(scope, body, *route)
         if response is None:
             await self.app(scope, _replay(body, receive), send)
         else:
             await response(scope, receive, send)
 
-    def _plain(self, scope: Scope, raw: bytes,
+    async def _plain(self, scope: Scope, raw: bytes,
                model: type[ChatCompletionRequest | CompletionRequest],
                render: type[ChatRender | CompletionRender]) -> Response | None:
         app = scope.get("app")
@@ -241,7 +241,7 @@ class FastCompletions:
             return None
         request = Request(scope)
         try:
-            return _start(request, body, render)
+            return await _start(request, body, render)
         except TokenpipeError as exc:
             return error_response(exc)
 
