@@ -23,6 +23,8 @@ from ..config import Settings, build_engines
 from ..engines.base import Engine
 from ..logs import setup_logging
 from ..scheduler import Scheduler
+from .connection_caps import ConnectionCaps, open_fds, raise_fd_limit, throttle_accept_errors
+from .http_protocol import guarded_http
 from .openai import FastCompletions
 from .openai import router as openai_router
 from .runtime import Runtime
@@ -67,6 +69,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        throttle_accept_errors(asyncio.get_running_loop())
         loader = asyncio.create_task(_load(runtime, engine))
         try:
             yield
@@ -170,6 +173,10 @@ class DrainingServer(uvicorn.Server):
 def run_server(settings: Settings) -> None:
     app = create_app(settings)
     log_config = setup_logging(settings.log_level, settings.log_format)
+    fd_limit = raise_fd_limit()  # the connection caps are fitted to it
+    caps = ConnectionCaps.of(settings, fd_limit, open_fds())
+    log.info("connections: at most %d open (%s per client address; open-file limit %d, "
+             "backlog %d)", caps.total, caps.per_client or "no limit", fd_limit, caps.backlog)
     config = uvicorn.Config(
         app,
         log_config=log_config,
@@ -177,7 +184,11 @@ def run_server(settings: Settings) -> None:
         port=settings.port,
         log_level=settings.log_level,
         loop="asyncio",  # by name: an installed uvloop is not picked up untested
-        http="httptools",  # C parser; h11 (pure Python) cost the hop ~0.1 ms per request
+        # httptools (C parser; h11 cost the hop ~0.1 ms per request) with head and body
+        # limits, deadlines, connection caps and the Host check (http_protocol.py)
+        http=guarded_http(settings, caps),
+        timeout_keep_alive=settings.keep_alive_timeout_s,
+        backlog=caps.backlog,
         ws="websockets-sansio",  # its send() waits while the socket is backed up
         ws_max_size=max(16 * 1024 * 1024, 4 * settings.max_message_bytes),
         ws_per_message_deflate=False,  # deltas are a few bytes: compressing costs, saves nothing
