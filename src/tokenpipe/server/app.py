@@ -89,8 +89,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         (a body that is not JSON, a path that does not match)."""
         if not request.url.path.startswith("/v1/"):
             return await http_exception_handler(request, exc)
-        body = {"error": {"message": str(exc.detail), "type": "invalid_request_error",
-                          "param": None, "code": None}}
+        body = {"error": {"message": _parse_error(exc) or str(exc.detail),
+                          "type": "invalid_request_error", "param": None, "code": None}}
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
     @app.get("/health", tags=["health"])
@@ -115,6 +115,16 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.mount("/", UIFiles(directory=STATIC, html=True, check_dir=False), name="ui")
 
     return app
+
+
+def _parse_error(exc: StarletteHTTPException) -> str | None:
+    """FastAPI words every body its json.loads refused "There was an error parsing the
+    body"; say why (nested too deeply, a number too long)."""
+    cause = exc.__cause__
+    if exc.status_code != 400 or not isinstance(cause, (RecursionError, ValueError)):
+        return None
+    why = "it is nested too deeply" if isinstance(cause, RecursionError) else str(cause)
+    return f"We could not parse the JSON body of your request: {why}"
 
 
 async def _load(runtime: Runtime, engine: Engine | None) -> None:
