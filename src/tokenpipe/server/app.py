@@ -93,15 +93,16 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
                           "type": "invalid_request_error", "param": None, "code": None}}
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
-    @app.get("/health", tags=["health"])
+    @app.api_route("/health", methods=["GET", "HEAD"], tags=["health"])
     async def health() -> JSONResponse:
-        """200 when the model is loaded and the engine healthy, else 503."""
+        """200 when the model is loaded and the engine healthy, else 503 (HEAD: no body)."""
         body = {"status": "ok" if runtime.ready else "loading", "models": runtime.models}
         if runtime.load_error:
             body.update(status="error", error=runtime.load_error)
         return JSONResponse(body, status_code=200 if runtime.ready else 503)
 
-    @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
+    @app.api_route("/metrics", methods=["GET", "HEAD"], tags=["health"],
+                   response_class=PlainTextResponse)
     async def metrics() -> Response:
         """Prometheus metrics: generations, latency histograms, tokens, errors, connections."""
         return Response(generate_latest(runtime.metrics.registry),
