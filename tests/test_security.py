@@ -10,7 +10,12 @@ import logging
 import pytest
 
 from tokenpipe.config import Settings
-from tokenpipe.server.connection_caps import MIN_RESERVE, ConnectionCaps, throttle_accept_errors
+from tokenpipe.server.connection_caps import (
+    MAX_BACKLOG,
+    MIN_RESERVE,
+    ConnectionCaps,
+    throttle_accept_errors,
+)
 from tokenpipe.server.http_limits import HttpLimits, error_body, refusal
 from tokenpipe.server.log_throttle import ThrottledLog
 from tokenpipe.server.security import HostPolicy, host_name, is_loopback, origin_allowed
@@ -110,12 +115,11 @@ def test_a_non_loopback_server_follows_allowed_hosts() -> None:
 
 def test_connection_caps_fit_the_fd_limit_and_no_client_takes_more_than_half() -> None:
     caps = ConnectionCaps.of(Settings(), fd_limit=20000, in_use=30)
-    assert (caps.total, caps.per_client) == (4096, 512)
-    assert caps.backlog == (20000 // 4 - 30) // 5  # bursts of accepts fit the reserve
+    assert (caps.total, caps.per_client, caps.backlog) == (4096, 512, MAX_BACKLOG)
+    assert ConnectionCaps.of(Settings(), fd_limit=4096, in_use=30).backlog == (1024 - 30) // 5
     low = ConnectionCaps.of(Settings(), fd_limit=256, in_use=20)
     assert low.total == 256 - MIN_RESERVE and low.per_client == low.total // 2
     assert low.total + 20 + 5 * low.backlog < 256
-    assert ConnectionCaps.of(Settings(), fd_limit=1 << 20).backlog == 2048
     assert ConnectionCaps.of(Settings(max_tcp_connections=10), fd_limit=20000).total == 10
     unlimited = ConnectionCaps.of(Settings(max_tcp_connections_per_client=0), fd_limit=20000)
     assert unlimited.per_client == 0

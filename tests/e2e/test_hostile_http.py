@@ -485,15 +485,30 @@ async def hold(server: ServerProcess, n: int, source: str,
 
 async def test_one_address_cannot_hold_more_than_its_connections(server: ServerProcess) -> None:
     async def attack() -> tuple[int, int, bool]:
-        held, refused = await hold(server, 600, "127.0.0.2")
+        held, answers = await requests_held(server, 600, "127.0.0.2", wave=100)
         others_fine = await health_ok(server) and await health_ok(server, "127.0.0.3")
         for writer in held:
             writer.close()
-        return len(held), refused, others_fine
+        return len(held), answers.count(503), others_fine
 
     held, refused, others_fine = await under_attack(
-        server, "per-address cap", "600 idle sockets from 127.0.0.2 (cap 512)", attack)
+        server, "per-address cap", "600 connections from 127.0.0.2, 100 at a time, held "
+        "open (cap 512)", attack)
     assert (held, refused) == (512, 88) and others_fine
+
+
+async def test_a_burst_of_idle_sockets_is_answered_503_past_the_cap(
+        server: ServerProcess) -> None:
+    async def attack() -> tuple[int, int]:
+        first, _ = await requests_held(server, 100, "127.0.0.4", wave=100)
+        held, refused = await hold(server, 500, "127.0.0.4")  # within the backlog of 512
+        for writer in first + held:
+            writer.close()
+        return len(held), refused
+
+    held, refused = await under_attack(server, "idle burst", "100 connections, then 500 idle "
+                                       "sockets at once, from 127.0.0.4 (cap 512)", attack)
+    assert (held, refused) == (412, 88)
 
 
 async def test_websockets_count_in_the_per_address_cap() -> None:
