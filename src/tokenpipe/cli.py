@@ -45,6 +45,24 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--shutdown-grace-s", type=float, help="how long shutdown lets streams end")
     p.add_argument("--api-key", help="require this key (Authorization: Bearer KEY)")
     p.add_argument("--allowed-origins", help="comma-separated extra browser origins for /ws")
+    p.add_argument("--allowed-hosts",
+                   help="comma-separated Host names answered besides loopback ones; '*': any "
+                        "(default: loopback only when bound to loopback, else any)")
+    p.add_argument("--max-body-bytes", type=int,
+                   help="largest HTTP request body (default: --max-message-bytes)")
+    p.add_argument("--max-header-bytes", type=int, help="largest request head (32768)")
+    p.add_argument("--max-headers", type=int, help="most header lines in a request (100)")
+    p.add_argument("--header-timeout-s", type=float,
+                   help="the request head must arrive within this (10)")
+    p.add_argument("--body-timeout-s", type=float,
+                   help="the request body must arrive within this (30)")
+    p.add_argument("--keep-alive-timeout-s", type=int,
+                   help="close an idle keep-alive connection after this (5)")
+    p.add_argument("--max-tcp-connections", type=int,
+                   help="open connections in all, lowered to fit the fd limit (4096)")
+    p.add_argument("--max-tcp-connections-per-client", type=int,
+                   help="open connections per client address, WebSockets included "
+                        "(512; 0 = no limit)")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     p.add_argument("--log-format", choices=["text", "json"], help="log lines as text or JSON")
 
@@ -61,10 +79,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         raise ValueError("several --model values must each be NAME=[ENGINE:]SPEC")
     elif models:
         overrides["model"] = models[0]
-    if isinstance(overrides.get("allowed_origins"), str):
-        overrides["allowed_origins"] = tuple(
-            s.strip() for s in overrides["allowed_origins"].split(",") if s.strip()
-        )
+    for name in ("allowed_origins", "allowed_hosts"):
+        if isinstance(overrides.get(name), str):
+            overrides[name] = tuple(s.strip() for s in overrides[name].split(",") if s.strip())
     return Settings.from_env(**overrides)
 
 

@@ -54,6 +54,16 @@ class Settings:
     sse_ping_interval_s: float = 15.0  # comment pings on idle OpenAI streams
     api_key: str | None = field(default=None, repr=False)
     allowed_origins: tuple[str, ...] = ()
+    # HTTP limits against hostile clients (docs/security.md)
+    allowed_hosts: tuple[str, ...] = ()  # Host names answered besides loopback ones; "*": any
+    max_body_bytes: int | None = None  # default: max_message_bytes, as a WebSocket frame
+    max_header_bytes: int = 32 * 1024  # request line and headers together
+    max_headers: int = 100
+    header_timeout_s: float = 10.0  # the request head must arrive within this
+    body_timeout_s: float = 30.0  # the request body must arrive within this
+    keep_alive_timeout_s: int = 5  # an idle keep-alive connection is closed after this
+    max_tcp_connections: int = 4096  # all open connections; lowered to fit the fd limit
+    max_tcp_connections_per_client: int = 512  # per client address, WebSockets included
     log_level: str = "info"
     log_format: str = "text"
 

@@ -185,10 +185,21 @@ class _Sampling(_Body):
         )
 
 
+def _text(value: Any) -> Any:
+    """A lone surrogate (the JSON escape "\\ud800") is not text: it cannot be tokenized."""
+    if isinstance(value, str) and not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise PydanticCustomError("invalid_value", "text with a lone UTF-16 surrogate "
+                                      "(\\ud800-\\udfff) is not valid Unicode") from None
+    return value
+
+
 def _flatten_content(value: Any) -> Any:
     """A list of content parts becomes its text; any part other than text is refused."""
     if not isinstance(value, list):
-        return value
+        return _text(value)
     texts = []
     for part in value:
         if not isinstance(part, dict) or not isinstance(part.get("type"), str):
@@ -201,7 +212,7 @@ def _flatten_content(value: Any) -> Any:
             raise PydanticCustomError("invalid_value",
                                       "a text part is {\"type\": \"text\", \"text\": string}")
         texts.append(part["text"])
-    return "\n".join(texts)
+    return _text("\n".join(texts))
 
 
 _TEXT_PART = {"type": "object", "required": ["type", "text"],
@@ -290,13 +301,13 @@ class ChatCompletionRequest(_Sampling):
 def _one_prompt(value: Any) -> Any:
     if isinstance(value, list):
         if len(value) == 1 and isinstance(value[0], str):
-            return value[0]
+            return _text(value[0])
         if value and all(isinstance(v, str) for v in value):
             raise PydanticCustomError("unsupported_value", "one prompt per request: batches "
                                       "of prompts are not supported")
         raise PydanticCustomError("unsupported_value", "prompts as token ids are not "
                                   "supported; send text")
-    return value
+    return _text(value)
 
 
 class CompletionRequest(_Sampling):

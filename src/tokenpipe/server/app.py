@@ -23,6 +23,8 @@ from ..config import Settings, build_engines
 from ..engines.base import Engine
 from ..logs import setup_logging
 from ..scheduler import Scheduler
+from .connection_caps import ConnectionCaps, open_fds, raise_fd_limit, throttle_accept_errors
+from .http_protocol import guarded_http
 from .openai import FastCompletions
 from .openai import router as openai_router
 from .runtime import Runtime
@@ -77,6 +79,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        throttle_accept_errors(asyncio.get_running_loop())
         loader = asyncio.create_task(_load(runtime, engine))
         try:
             yield
@@ -96,20 +99,21 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         (a body that is not JSON, a path that does not match)."""
         if not request.url.path.startswith("/v1/"):
             return await http_exception_handler(request, exc)
-        body = {"error": {"message": str(exc.detail), "type": "invalid_request_error",
-                          "param": None, "code": None}}
+        body = {"error": {"message": _parse_error(exc) or str(exc.detail),
+                          "type": "invalid_request_error", "param": None, "code": None}}
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
-    @app.get("/health", tags=["health"])
+    @app.api_route("/health", methods=["GET", "HEAD"], tags=["health"])
     async def health() -> JSONResponse:
-        """200 when the model is loaded and the engine healthy, else 503."""
+        """200 when the model is loaded and the engine healthy, else 503 (HEAD: no body)."""
         body = {"status": "ok" if runtime.ready else "loading", "models": runtime.models}
         error = runtime.load_error or runtime.engine_failure
         if error:
             body.update(status="error", error=error)
         return JSONResponse(body, status_code=200 if runtime.ready else 503)
 
-    @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
+    @app.api_route("/metrics", methods=["GET", "HEAD"], tags=["health"],
+                   response_class=PlainTextResponse)
     async def metrics() -> Response:
         """Prometheus metrics: generations, latency histograms, tokens, errors, connections."""
         return Response(generate_latest(runtime.metrics.registry),
@@ -123,6 +127,16 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.mount("/", UIFiles(directory=STATIC, html=True, check_dir=False), name="ui")
 
     return app
+
+
+def _parse_error(exc: StarletteHTTPException) -> str | None:
+    """FastAPI words every body its json.loads refused "There was an error parsing the
+    body"; say why (nested too deeply, a number too long)."""
+    cause = exc.__cause__
+    if exc.status_code != 400 or not isinstance(cause, (RecursionError, ValueError)):
+        return None
+    why = "it is nested too deeply" if isinstance(cause, RecursionError) else str(cause)
+    return f"We could not parse the JSON body of your request: {why}"
 
 
 async def _load(runtime: Runtime, engine: Engine | None) -> None:
@@ -181,6 +195,10 @@ class DrainingServer(uvicorn.Server):
 def run_server(settings: Settings) -> None:
     app = create_app(settings)
     log_config = setup_logging(settings.log_level, settings.log_format)
+    fd_limit = raise_fd_limit()  # the connection caps are fitted to it
+    caps = ConnectionCaps.of(settings, fd_limit, open_fds())
+    log.info("connections: at most %d open (%s per client address; open-file limit %d, "
+             "backlog %d)", caps.total, caps.per_client or "no limit", fd_limit, caps.backlog)
     config = uvicorn.Config(
         app,
         log_config=log_config,
@@ -188,7 +206,11 @@ def run_server(settings: Settings) -> None:
         port=settings.port,
         log_level=settings.log_level,
         loop="asyncio",  # by name: an installed uvloop is not picked up untested
-        http="httptools",  # C parser; h11 (pure Python) cost the hop ~0.1 ms per request
+        # httptools (C parser; h11 cost the hop ~0.1 ms per request) with head and body
+        # limits, deadlines, connection caps and the Host check (http_protocol.py)
+        http=guarded_http(settings, caps),
+        timeout_keep_alive=settings.keep_alive_timeout_s,
+        backlog=caps.backlog,
         ws="websockets-sansio",  # its send() waits while the socket is backed up
         ws_max_size=max(16 * 1024 * 1024, 4 * settings.max_message_bytes),
         ws_per_message_deflate=False,  # deltas are a few bytes: compressing costs, saves nothing

@@ -237,7 +237,7 @@ class FastCompletions:
             return None
         try:
             body = model.model_validate(json.loads(raw))
-        except (ValueError, ValidationError):  # JSONDecodeError and UnicodeDecodeError too
+        except (ValueError, ValidationError, RecursionError):  # JSONDecodeError, deep nesting
             return None
         request = Request(scope)
         try:

@@ -1,29 +1,103 @@
-"""Handshake checks for /ws: API key and browser Origin (cross-site WebSocket hijacking)."""
+"""Who may talk to the server: the API key, the browser Origin on /ws (cross-site WebSocket
+hijacking) and the Host header on every route (DNS rebinding). docs/security.md has the
+threat model."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hmac
+import ipaddress
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket
 
+from ..config import Settings
 from .runtime import Runtime
 
 BEARER_PREFIX = "tokenpipe.bearer."
-_LOOPBACK = {"localhost", "127.0.0.1", "::1", "[::1]"}
 
 
-def origin_allowed(origin: str, host_header: str | None, allowed: tuple[str, ...]) -> bool:
+def is_loopback(hostname: str) -> bool:
+    """`localhost` or a loopback address (127.0.0.0/8, ::1): parsed, never a prefix match,
+    so `127.0.0.1.evil.com` is not one."""
+    if hostname == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(hostname).is_loopback
+    except ValueError:
+        return False
+
+
+def host_name(authority: str) -> str | None:
+    """`Host` header or netloc -> its lower-case host name without port or brackets
+    (`[::1]:8000` -> `::1`); None when it is not a well-formed host[:port]."""
+    value = authority.strip().lower()
+    if value.startswith("["):
+        end = value.find("]")
+        name, port = value[1:end], value[end + 1:]
+        if end < 0 or ":" not in name or (port and not port.startswith(":")):
+            return None
+        port = port[1:]
+    else:
+        name, _, port = value.partition(":")
+        if ":" in port:  # an IPv6 address without brackets is not a Host
+            return None
+    if port and not (port.isascii() and port.isdigit()):
+        return None
+    return name or None
+
+
+@dataclass(frozen=True)
+class HostPolicy:
+    """Which Host headers the server answers. Bound to a loopback address it answers only
+    loopback names (a DNS-rebinding page sends its own name) and `allowed`; bound to any
+    other address it answers every Host unless `allowed` names some. `*` allows all."""
+
+    any_host: bool
+    allowed: frozenset[str]
+
+    @classmethod
+    def of(cls, bind_host: str, allowed_hosts: tuple[str, ...]) -> HostPolicy:
+        names = frozenset(n for n in (host_name(h) for h in allowed_hosts if h != "*") if n)
+        loopback_bound = is_loopback(bind_host.strip().strip("[]").lower())
+        any_host = "*" in allowed_hosts or (not loopback_bound and not allowed_hosts)
+        return cls(any_host=any_host, allowed=names)
+
+    def allows(self, host_header: str | None) -> bool:
+        if self.any_host or host_header is None:  # browsers always send Host
+            return True
+        name = host_name(host_header)
+        return name is not None and (is_loopback(name) or name in self.allowed)
+
+
+@functools.lru_cache(maxsize=8)
+def _policy(bind_host: str, allowed_hosts: tuple[str, ...]) -> HostPolicy:
+    return HostPolicy.of(bind_host, allowed_hosts)
+
+
+def host_policy(settings: Settings) -> HostPolicy:
+    return _policy(settings.host, settings.allowed_hosts)
+
+
+def origin_allowed(origin: str, host_header: str | None, allowed: tuple[str, ...],
+                   hosts: HostPolicy) -> bool:
+    """A browser page may open /ws when its origin is listed, is a loopback one, or is the
+    server's own (Origin equal to Host) on a Host the server answers."""
     if origin in allowed or "*" in allowed:
         return True
-    parts = urlsplit(origin)
-    hostname = (parts.hostname or "").lower()
-    if hostname in _LOOPBACK or hostname.startswith("127."):
+    try:
+        parts = urlsplit(origin)
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        return False
+    hostname = host_name(parts.netloc)  # strict: `[::1].evil.com` is no loopback origin
+    if parts.scheme in ("http", "https") and hostname and is_loopback(hostname):
         return True
-    return host_header is not None and parts.netloc.lower() == host_header.lower()
+    return (host_header is not None and hosts.allows(host_header)
+            and parts.netloc.lower() == host_header.lower())
 
 
 def key_matches(expected: str, authorization: str | None, offered: list[str]) -> bool:
@@ -45,7 +119,7 @@ async def check_handshake(websocket: WebSocket, runtime: Runtime, offered: list[
     settings = runtime.settings
     origin = websocket.headers.get("origin")
     if origin is not None and not origin_allowed(
-        origin, websocket.headers.get("host"), settings.allowed_origins
+        origin, websocket.headers.get("host"), settings.allowed_origins, host_policy(settings)
     ):
         await _deny(websocket, 403, f"origin {origin} is not allowed")
         return False

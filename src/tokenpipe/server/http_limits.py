@@ -1,0 +1,60 @@
+"""What an HTTP request may be (head size and line count, body size, how long its head and
+body may take to arrive) and the answer a request over a limit gets, written straight to
+the socket by the HTTP protocol (http_protocol.py) before any application code runs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from http import HTTPStatus
+
+from ..config import Settings
+
+
+@dataclass(frozen=True)
+class HttpLimits:
+    max_body_bytes: int
+    max_header_bytes: int
+    max_headers: int
+    header_timeout_s: float
+    body_timeout_s: float
+
+    @classmethod
+    def of(cls, settings: Settings) -> HttpLimits:
+        body = settings.max_body_bytes
+        return cls(max_body_bytes=settings.max_message_bytes if body is None else body,
+                   max_header_bytes=settings.max_header_bytes,
+                   max_headers=settings.max_headers,
+                   header_timeout_s=settings.header_timeout_s,
+                   body_timeout_s=settings.body_timeout_s)
+
+
+_TYPES = {401: "authentication_error", 403: "permission_error", 421: "permission_error",
+          429: "rate_limit_error"}
+
+
+def error_body(status: int, message: str, path: bytes) -> bytes:
+    """In the route's own error shape: OpenAI's under /v1/ and on /ws (as the handshake's
+    other refusals), FastAPI's `detail` elsewhere; OpenAI's when the path is not known."""
+    if not path or path.startswith((b"/v1/", b"/ws")):
+        kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+        body: object = {"error": {"message": message, "type": kind, "param": None,
+                                  "code": None}}
+    else:
+        body = {"detail": message}
+    return json.dumps(body).encode()
+
+
+def refusal(status: int, message: str, path: bytes,
+            headers: Sequence[tuple[bytes, bytes]] = (),
+            retry_after_s: int | None = None) -> bytes:
+    """A whole HTTP/1.1 response that closes the connection."""
+    body = error_body(status, message, path)
+    lines = [b"HTTP/1.1 %d %s" % (status, HTTPStatus(status).phrase.encode())]
+    lines += [name + b": " + value for name, value in headers]
+    lines += [b"content-type: application/json", b"content-length: %d" % len(body),
+              b"connection: close"]
+    if retry_after_s is not None:
+        lines.append(b"retry-after: %d" % retry_after_s)
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
