@@ -42,15 +42,22 @@ class UIFiles(StaticFiles):
     """The built web UI; looked up per request, so a UI built after start is served."""
 
     async def get_response(self, path: str, scope: Scope) -> Response:
-        if scope["method"] not in ("GET", "HEAD") and not self._exists(path):
+        if scope["method"] not in ("GET", "HEAD"):
             # what a client that POSTs to a path of another API (/api/chat) must hear: the
             # path is unknown here, not "use another method"
-            return JSONResponse({"detail": "Not Found"}, status_code=404)
+            if not self._exists(path):
+                return JSONResponse({"detail": "Not Found"}, status_code=404)
+            return JSONResponse({"detail": "Method Not Allowed"}, status_code=405,
+                                headers={"Allow": "GET, HEAD"})
         if not (STATIC / "index.html").is_file():
             if path in ("", ".", "index.html"):
                 return HTMLResponse(_NO_UI)
             return PlainTextResponse("Not Found", status_code=404)
         return await super().get_response(path, scope)
+
+    async def check_config(self) -> None:
+        if STATIC.is_dir():  # no UI built: get_response explains, instead of a 500
+            await super().check_config()
 
     def _exists(self, path: str) -> bool:
         if path in ("", "."):
