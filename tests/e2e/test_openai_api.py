@@ -1,4 +1,4 @@
-"""The OpenAI-compatible API (PROTOCOL.md section 3) over real servers, with the official
+"""The OpenAI-compatible API (docs/protocol.md section 3) over real servers, with the official
 `openai` package as the client: the fake engine for shapes, errors, timing, queueing and
 disconnects; the real model for streamed == whole answers."""
 

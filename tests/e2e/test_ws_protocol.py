@@ -1,4 +1,4 @@
-"""tokenpipe.v1 over a real server on the fake engine: every frame PROTOCOL.md section 1
+"""tokenpipe.v1 over a real server on the fake engine: every frame docs/protocol.md section 1
 names, multiplexing, cancel, and bad input that must leave other streams intact."""
 
 from __future__ import annotations

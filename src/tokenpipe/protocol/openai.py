@@ -1,4 +1,4 @@
-"""OpenAI wire models (PROTOCOL.md section 3): request bodies, response objects, errors, SSE.
+"""OpenAI wire models (docs/protocol.md section 3): request bodies, response objects, errors, SSE.
 
 What a request may hold, decided for a user who relies on the answer meaning what they asked:
 

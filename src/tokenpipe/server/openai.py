@@ -1,4 +1,4 @@
-"""/v1: the OpenAI-compatible routes (PROTOCOL.md section 3). Thin: parse, submit, hand the
+"""/v1: the OpenAI-compatible routes (docs/protocol.md section 3). Thin: parse, submit, hand the
 session to SessionResponse. Every error on these routes has OpenAI's shape and status (400
 for validation, where FastAPI would say 422)."""
 

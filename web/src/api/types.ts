@@ -1,4 +1,4 @@
-/** Shapes shared by every transport; the wire names follow /work/shared/PROTOCOL.md. */
+/** Shapes shared by every transport; the wire names follow docs/protocol.md in the repository. */
 
 export type Role = 'system' | 'user' | 'assistant';
 

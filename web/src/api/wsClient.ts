@@ -198,7 +198,7 @@ export class TokenpipeSocket implements Transport {
   private handleOpen(socket: WebSocketLike): void {
     if (this.socket !== socket) return;
     if (socket.protocol !== WS_PROTOCOL) {
-      // Without the subprotocol the server speaks the plain-text protocol of PROTOCOL.md §2.
+      // Without the subprotocol the server speaks the plain-text protocol of docs/protocol.md §2.
       this.socket = null;
       socket.close(1000, 'tokenpipe.v1 required');
       this.scheduleReconnect('the server did not accept the tokenpipe.v1 subprotocol');

@@ -1,4 +1,4 @@
-/** tokenpipe.v1 frames (PROTOCOL.md §1) and a guard that turns untrusted JSON into them. */
+/** tokenpipe.v1 frames (docs/protocol.md §1) and a guard that turns untrusted JSON into them. */
 import type { FinishReason, SamplingParams, ServerTiming, Usage, WireMessage } from './types';
 
 export interface HelloFrame {
