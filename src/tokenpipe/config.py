@@ -56,6 +56,7 @@ class Settings:
     allowed_origins: tuple[str, ...] = ()
     log_level: str = "info"
     log_format: str = "text"
+    flood_close_s: float = 3.0  # /ws: over the frame budget every second this long: 1008
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:
