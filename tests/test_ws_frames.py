@@ -194,3 +194,14 @@ def test_redaction_keeps_ordinary_lines() -> None:
     f = RedactSecrets(["s3cret"])
     line = 'ready: engine=fake model=fake-1 "WebSocket /ws" [accepted] keyboard=ok'
     assert f.redact(line) == line
+
+
+def test_budget_holds_reads_until_just_past_the_interval() -> None:
+    clock = Clock()
+    clock.now = 1000.25
+    budget = FrameBudget(10, evict_after_s=3, clock=clock)
+    assert 0.75 < budget.hold_s() < 0.8  # the next read falls in the next interval
+    assert not budget.refused_since(0)
+    for _ in range(21):
+        budget.take()
+    assert budget.refused_since(1000.0) and not budget.refused_since(1000.3)

@@ -175,7 +175,10 @@ class JsonConnection:
     async def _close(self, code: int, reason: str = "", *, hard: bool = False,
                      wait_s: float = 1.0) -> None:
         """Sends the close frame, waiting at most `wait_s` (it queues behind whatever the
-        client has not read); `hard`: the socket goes within `wait_s` more, answered or not."""
+        client has not read); `hard`: the socket goes within `wait_s` more, answered or not,
+        and nothing more is read from it (a flood's backlog is not parsed to find a reply)."""
+        if hard and hasattr(self.sink.proto, "stop_reading"):
+            self.sink.proto.stop_reading()
         try:
             async with asyncio.timeout(wait_s):
                 await self.ws.close(code=code, reason=reason)
@@ -259,6 +262,8 @@ class JsonConnection:
         verdict = self.budget.take()
         if verdict is Verdict.PASS:
             return True
+        if hasattr(self.sink.proto, "hold_reading"):  # the rest of the flood waits in TCP
+            self.sink.proto.hold_reading(self.budget.hold_s())
         if verdict is Verdict.NOTIFY:
             self.send(wire.error("rate_limited", self.budget.notice(),
                                  retry_after_ms=self.budget.retry_after_ms()))

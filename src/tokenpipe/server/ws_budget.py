@@ -1,7 +1,9 @@
 """The frame budget of one /ws connection: every frame the client sends (text, binary,
 ping, pong) takes a token; a refused frame is dropped, at most one `rate_limited` error
-goes out per second however many were refused, and a client that stays over budget
-second after second is closed (1008) rather than answered forever."""
+goes out per second however many were refused, the socket is not read for the rest of
+that second (what the client sends meanwhile waits in its TCP buffer, costing nothing),
+and a client that stays over budget second after second is closed (1008) rather than
+answered forever."""
 
 from __future__ import annotations
 
@@ -61,6 +63,12 @@ class FrameBudget:
             return Verdict.DROP
         self._notified = interval
         return Verdict.NOTIFY
+
+    def hold_s(self) -> float:
+        """After a refusal: until just past this interval, when the next may be noticed
+        (reads held that long keep a flood's refusals in consecutive intervals)."""
+        now = self.clock()
+        return (int(now / self.interval_s) + 1) * self.interval_s - now + 0.005
 
     def refused_since(self, stamp: float) -> bool:
         """A frame was refused at `stamp` (the clock's time) or later."""
