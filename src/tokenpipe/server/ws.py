@@ -173,11 +173,11 @@ class JsonConnection:
         self.sink.abort()
 
     async def _close(self, code: int, reason: str = "", *, hard: bool = False,
-                     wait_s: float = 1.0) -> None:
+                     deaf: bool = False, wait_s: float = 1.0) -> None:
         """Sends the close frame, waiting at most `wait_s` (it queues behind whatever the
-        client has not read); `hard`: the socket goes within `wait_s` more, answered or not,
-        and nothing more is read from it (a flood's backlog is not parsed to find a reply)."""
-        if hard and hasattr(self.sink.proto, "stop_reading"):
+        client has not read); `hard`: the socket goes within `wait_s` more, answered or not;
+        `deaf`: nothing more is read (a flood's backlog is not parsed to find a reply)."""
+        if deaf and hasattr(self.sink.proto, "stop_reading"):
             self.sink.proto.stop_reading()
         try:
             async with asyncio.timeout(wait_s):
@@ -275,7 +275,8 @@ class JsonConnection:
         await self.evicted.wait()
         log.warning("client over its frame budget for %.0f s; closing it (1008)",
                     self.settings.flood_close_s)
-        await self._close(1008, "too many frames per second, for too long", hard=True)
+        await self._close(1008, "too many frames per second, for too long", hard=True,
+                          deaf=True)
 
     async def _reader(self) -> None:
         limit = self.settings.max_message_bytes
