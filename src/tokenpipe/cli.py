@@ -88,7 +88,10 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 def serve(settings: Settings) -> None:
     from .server.app import run_server
 
-    run_server(settings)
+    try:
+        run_server(settings)
+    except KeyboardInterrupt:  # uvicorn re-raises a caught SIGINT once it has shut down
+        sys.exit(130)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -66,6 +66,7 @@ class Settings:
     max_tcp_connections_per_client: int = 512  # per client address, WebSockets included
     log_level: str = "info"
     log_format: str = "text"
+    flood_close_s: float = 3.0  # /ws: over the frame budget every second this long: 1008
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:

@@ -1,17 +1,80 @@
 """Logging set-up: plain text or one JSON object per line (--log-format json).
 
 Generation log lines carry `request_id` (gen-...) so one answer can be followed through.
-Nothing logs request headers, so an API key never reaches a log line.
+Credentials never reach a log line, whoever logs them: at debug level websockets prints
+every handshake header (`Authorization: Bearer ...`, the `tokenpipe.bearer.<key>`
+subprotocol), so a filter on the handler redacts credential headers, bearer tokens, the
+bearer subprotocol and the configured keys themselves, in messages, tracebacks and extras.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
+import re
 import time
+from collections.abc import Iterable
 from typing import Any
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+REDACTED = "[redacted]"
+_CREDENTIAL_HEADERS = r"(?:proxy-)?authorization|x-api-key|api-key|cookie|set-cookie"
+_PATTERNS = [
+    # "Authorization: Bearer k", "cookie=a=b" (header lines, key=value pairs)
+    re.compile(rf"(?im)\b({_CREDENTIAL_HEADERS})(\s*[:=]\s*)(?![\s'\"])[^\r\n]*"),
+    # ('authorization', 'Bearer k'), (b"cookie", b"a=b"), {"x-api-key": "k"} (reprs)
+    re.compile(rf"(?i)(['\"](?:{_CREDENTIAL_HEADERS})['\"]\s*[,:]\s*b?)(['\"])[^'\"]*"),
+    re.compile(r"(?i)\b(bearer)(\s+)[^\s'\",;]+"),
+    re.compile(r"(tokenpipe\.bearer\.)()[A-Za-z0-9_\-=+/]*"),
+]
+
+
+class RedactSecrets(logging.Filter):
+    """Rewrites a record so that no credential is in it; never drops one."""
+
+    def __init__(self, secrets: Iterable[str | None] = ()) -> None:
+        super().__init__()
+        literal: set[str] = set()
+        for secret in secrets:
+            if secret and len(secret) >= 6:  # a shorter one would redact ordinary words
+                raw = secret.encode()
+                literal |= {secret, base64.urlsafe_b64encode(raw).decode().rstrip("="),
+                            base64.b64encode(raw).decode().rstrip("=")}
+        self._literal = (re.compile("|".join(re.escape(s) for s in sorted(literal, key=len,
+                                                                       reverse=True)))
+                         if literal else None)
+
+    def redact(self, text: str) -> str:
+        for pattern in _PATTERNS:
+            text = pattern.sub(_keep_name, text)
+        if self._literal is not None:
+            text = self._literal.sub(REDACTED, text)
+        return text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format string: the formatter reports it as usual
+            return True
+        redacted = self.redact(message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self.redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = self.redact(record.stack_info)
+        for key, value in vars(record).items():
+            if key not in _STANDARD and isinstance(value, str):
+                setattr(record, key, self.redact(value))
+        return True
+
+
+def _keep_name(match: re.Match[str]) -> str:
+    """The header's name and separator (or a repr's quote) stay; its value goes."""
+    return match.group(1) + match.group(2) + REDACTED
 
 
 class JsonFormatter(logging.Formatter):
@@ -24,19 +87,24 @@ class JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
         }
         entry.update({k: v for k, v in vars(record).items() if k not in _STANDARD})
-        if record.exc_info:
+        if record.exc_text:  # what the filter redacted
+            entry["exc"] = record.exc_text
+        elif record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False, default=str)
 
 
-def setup_logging(level: str, fmt: str) -> dict[str, Any]:
-    """Configures the root logger; returns a uvicorn log_config that uses the same format."""
+def setup_logging(level: str, fmt: str, secrets: Iterable[str | None] = ()) -> dict[str, Any]:
+    """Configures the root logger; returns a uvicorn log_config that uses the same format.
+    `secrets` (the API keys) are redacted wherever they would appear, as is every
+    credential header."""
     handler = logging.StreamHandler()
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter(
             "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(RedactSecrets(secrets))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

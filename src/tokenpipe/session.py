@@ -133,8 +133,13 @@ class GenerationSession:
         self._listener = listener
 
     def cursor(self, after_seq: int = -1) -> Cursor:
+        """A reader from `after_seq` on; ValueError when that is no longer kept or beyond
+        the last delta any reader was sent (a client cannot have seen it)."""
         if after_seq + 1 < self._base:
             raise ValueError(f"deltas before seq {self._base} are no longer kept")
+        if after_seq >= self.next_seq:
+            raise ValueError(f"after_seq {after_seq} is beyond the last delta sent so far "
+                             f"(seq {self.next_seq - 1})")
         return Cursor(self, after_seq)
 
     async def events(self, after_seq: int = -1) -> AsyncIterator[Event]:

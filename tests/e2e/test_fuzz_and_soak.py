@@ -93,6 +93,7 @@ def canary(fake_server: ServerProcess) -> Iterator[Canary]:
 def test_every_hostile_frame_gets_an_answer_and_nothing_breaks(
     canary: Canary, frame: str | bytes
 ) -> None:
+    time.sleep(0.025)  # two frames an example, under the 100 a second a frame is answered at
     canary.ws.send(frame)
     reply = canary.recv()
     if reply["type"] == "start":  # a valid generate: it runs to its end, or fails cleanly
@@ -117,6 +118,7 @@ def test_every_hostile_frame_gets_an_answer_and_nothing_breaks(
 
 def test_the_canary_stream_survived_the_fuzzing_intact(canary: Canary) -> None:
     while canary.end is None:
+        time.sleep(0.02)  # under the frame budget: a frame over it gets no answer
         canary.ws.send(json.dumps({"type": "ping"}))
         canary.recv()
     assert canary.end["type"] == "end", canary.end

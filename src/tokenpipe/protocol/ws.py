@@ -4,6 +4,8 @@ server frames. Parsing errors are BadRequest with a message that names the field
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
@@ -29,7 +31,7 @@ class Params(_Frame):
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    top_k: int = Field(default=0, ge=0)
+    top_k: int = Field(default=0, ge=0, le=2**31 - 1)
     min_p: float = Field(default=0.0, ge=0.0, le=1.0)
     repetition_penalty: float = Field(default=1.0, gt=0.0, le=2.0)
     presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
@@ -97,10 +99,7 @@ _BY_TYPE: dict[str, type[_Frame]] = {
 
 
 def parse_client_frame(text: str) -> ClientFrame:
-    try:
-        raw = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
-        raise BadRequest("frame is not valid JSON") from None
+    raw = _loads(text)
     if not isinstance(raw, dict):
         raise BadRequest("frame must be a JSON object")
     kind = raw.get("type")
@@ -108,7 +107,7 @@ def parse_client_frame(text: str) -> ClientFrame:
         raise BadRequest("field 'type' is missing or not a string", param="type")
     model = _BY_TYPE.get(kind)
     if model is None:
-        raise BadRequest(f"unknown frame type {kind!r}", param="type")
+        raise BadRequest(f"unknown frame type {kind[:64]!r}", param="type")
     try:
         return model.model_validate(raw)  # type: ignore[return-value]
     except ValidationError as exc:
@@ -116,13 +115,90 @@ def parse_client_frame(text: str) -> ClientFrame:
 
 
 def frame_id(text: str) -> str | None:
-    """Best effort: the `id` of a frame that failed to parse, so its error can name it."""
+    """Best effort: the `id` of a frame that failed to parse, so its error can name it
+    (only an id the protocol allows: anything else could not even be sent back)."""
     try:
-        raw = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
+        raw = _loads(text)
+    except BadRequest:
         return None
     value = raw.get("id") if isinstance(raw, dict) else None
-    return value if isinstance(value, str) and 0 < len(value) <= 64 else None
+    return value if isinstance(value, str) and _ID.fullmatch(value) else None
+
+
+# ---- strict JSON (RFC 8259) -------------------------------------------------------------
+# json.loads accepts NaN/Infinity, turns 1e999 into inf, raises a bare ValueError on ints
+# over Python's digit limit and decodes "\ud800" into a lone surrogate no UTF-8 encoder
+# takes. Such values are marked while parsing and refused, naming their field, before any
+# of them reaches a tokenizer or an echo.
+
+_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+MAX_INT_DIGITS = 4000  # under Python's own 4300-digit int/str limit, far above any param
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # a surrogate can only come from one
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class _Invalid:
+    """Stands in for a JSON value that is not allowed; says what it was."""
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+
+def _loads(text: str) -> Any:
+    marked: list[_Invalid] = []
+
+    def mark(what: str) -> _Invalid:
+        marked.append(_Invalid(what))
+        return marked[-1]
+
+    def parse_int(digits: str) -> int | _Invalid:
+        n = len(digits) - digits.startswith("-")
+        return mark(f"an integer of {n} digits is too long") if n > MAX_INT_DIGITS else int(digits)
+
+    def parse_float(literal: str) -> float | _Invalid:
+        value = float(literal)
+        return mark(f"the number {literal[:24]} is out of range") if math.isinf(value) else value
+
+    try:
+        raw = json.loads(text, parse_int=parse_int, parse_float=parse_float,
+                         parse_constant=lambda name: mark(f"{name} is not valid JSON (RFC 8259)"))
+    except RecursionError:
+        raise BadRequest("frame is nested too deeply") from None
+    except ValueError:  # JSONDecodeError included
+        raise BadRequest("frame is not valid JSON") from None
+    surrogates = _SURROGATE_ESCAPE.search(text) is not None
+    if marked or surrogates:  # the common frame costs one regex search, no walk
+        _check(raw, surrogates=surrogates)
+    return raw
+
+
+def _check(raw: Any, *, surrogates: bool) -> None:
+    """Raises BadRequest naming a value that was marked invalid or holds a lone surrogate.
+    Iterative: whatever json.loads could nest, this walks without recursing."""
+    stack: list[tuple[str, Any]] = [("", raw)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if surrogates and _SURROGATE.search(key):
+                    _refuse(path, "a key holds a lone UTF-16 surrogate (not valid Unicode)")
+                stack.append((f"{path}.{key}" if path else key, item))
+        elif isinstance(value, list):
+            stack.extend((f"{path}.{i}" if path else str(i), item)
+                         for i, item in enumerate(value))
+        elif isinstance(value, _Invalid):
+            _refuse(path, value.what)
+        elif surrogates and isinstance(value, str) and _SURROGATE.search(value):
+            _refuse(path, "a lone UTF-16 surrogate (\\ud800-\\udfff) is not valid Unicode")
+
+
+def _refuse(path: str, what: str) -> None:
+    if not path:
+        raise BadRequest(f"frame: {what}")
+    path = path[:200]  # keys are the client's: an error never echoes a megabyte
+    raise BadRequest(f"field '{path}': {what}", param=path)
 
 
 def _field(exc: ValidationError) -> str | None:

@@ -8,6 +8,7 @@ import logging
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -29,6 +30,7 @@ from .openai import FastCompletions
 from .openai import router as openai_router
 from .runtime import Runtime
 from .ws import RAW_SEND, websocket_endpoint
+from .ws_protocol import TokenpipeWebSocketProtocol
 
 log = logging.getLogger("tokenpipe.server")
 STATIC = Path(__file__).with_name("static")
@@ -186,22 +188,41 @@ async def _shutdown(runtime: Runtime) -> None:
 class DrainingServer(uvicorn.Server):
     """uvicorn closes every WebSocket with 1012 the moment shutdown starts. Drain first:
     stop accepting, let running generations end (or fail with shutting_down) and send
-    their final frames, then let uvicorn close what is left."""
+    their final frames, then let uvicorn close what is left. A second SIGINT or SIGTERM
+    means "exit now": the drain stops, every connection is cut off."""
 
     def __init__(self, config: uvicorn.Config, runtime: Runtime) -> None:
         super().__init__(config)
         self.runtime = runtime
 
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.should_exit:  # uvicorn forces only on a second SIGINT; SIGTERM too
+            self.force_exit = True
+        super().handle_exit(sig, frame)
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         for server in self.servers:
             server.close()
-        await self.runtime.drain()
+        drain = asyncio.ensure_future(self.runtime.drain())
+        while not drain.done() and not self.force_exit:
+            await asyncio.wait({drain}, timeout=0.1)
+        if not drain.done():
+            log.warning("second signal: exiting now")
+            drain.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await drain
+            await self.runtime.stop_now()
         await super().shutdown(sockets)
+        if self.force_exit:  # uvicorn skips the app's shutdown then; with nothing left
+            # running it is quick, and it closes the engines (no task left to cancel noisily)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.lifespan.shutdown(), 5.0)
 
 
 def run_server(settings: Settings) -> None:
     app = create_app(settings)
-    log_config = setup_logging(settings.log_level, settings.log_format)
+    log_config = setup_logging(settings.log_level, settings.log_format,
+                               secrets=(settings.api_key, settings.upstream_key))
     fd_limit = raise_fd_limit()  # the connection caps are fitted to it
     caps = ConnectionCaps.of(settings, fd_limit, open_fds())
     log.info("connections: at most %d open (%s per client address; open-file limit %d, "
@@ -218,7 +239,7 @@ def run_server(settings: Settings) -> None:
         http=guarded_http(settings, caps),
         timeout_keep_alive=settings.keep_alive_timeout_s,
         backlog=caps.backlog,
-        ws="websockets-sansio",  # its send() waits while the socket is backed up
+        ws=TokenpipeWebSocketProtocol,  # websockets-sansio, hardened (ws_protocol.py)
         ws_max_size=max(16 * 1024 * 1024, 4 * settings.max_message_bytes),
         ws_per_message_deflate=False,  # deltas are a few bytes: compressing costs, saves nothing
         ws_ping_interval=20.0,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,8 @@ from ..scheduler import Scheduler
 from ..session import GenerationSession
 
 SERVER_NAME = f"tokenpipe/{__version__}"
+DRAIN_MARGIN_S = 2.0  # shutdown: the close frames' time on top of the grace
+log = logging.getLogger("tokenpipe.server")
 
 
 @dataclass
@@ -133,12 +136,37 @@ class Runtime:
     async def drain(self) -> None:
         """Graceful shutdown, before the server closes connections: refuse new work, let
         running generations finish up to the grace deadline, fail the rest with
-        shutting_down, and close every socket with 1012 once its final frames are out."""
+        shutting_down, and close every socket with 1012 once its final frames are out.
+        Bounded as a whole by the grace plus DRAIN_MARGIN_S: a socket whose client has
+        not taken its frames by then is aborted, never waited for."""
         self.shutting_down = True
-        await asyncio.gather(*(s.aclose(self.settings.shutdown_grace_s)
-                               for s in self.schedulers.values()))
-        await asyncio.gather(*(c.close_when_flushed(1012) for c in list(self.connections)),
-                             return_exceptions=True)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.shutdown_grace_s + DRAIN_MARGIN_S
+        try:
+            async with asyncio.timeout_at(deadline):
+                await asyncio.gather(*(s.aclose(self.settings.shutdown_grace_s)
+                                       for s in self.schedulers.values()))
+                left = max(0.0, deadline - loop.time() - 1.0)  # 1 s for the close frames
+                await asyncio.gather(*(c.close_when_flushed(1012, left)
+                                       for c in list(self.connections)),
+                                     return_exceptions=True)
+        except TimeoutError:
+            log.warning("shutdown: %d connection(s) still busy after %.1f s; cut off",
+                        len(self.connections), self.settings.shutdown_grace_s + DRAIN_MARGIN_S)
+            self.abort_connections()
+
+    async def stop_now(self) -> None:
+        """Shutdown without waiting (a second signal): every generation fails with
+        shutting_down, every /ws connection is cut off."""
+        self.shutting_down = True
+        self.abort_connections()
+        await asyncio.gather(*(s.aclose(0) for s in self.schedulers.values()))
+
+    def abort_connections(self) -> None:
+        """Every /ws connection still open goes now (shutdown past its deadline)."""
+        for connection in list(self.connections):
+            with contextlib.suppress(Exception):
+                connection.abort()
 
     def close(self) -> None:
         for handle in self._grace.values():

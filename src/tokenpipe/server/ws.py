@@ -1,11 +1,13 @@
-"""/ws: tokenpipe.v1 (JSON, multiplexed) when offered, else the article's plain-text mode.
+"""/ws: tokenpipe.v1 (JSON, multiplexed) when offered, else the article's plain-text mode
+(ws_plain.py).
 
 One connection = one reader task (frames in) and one writer task (frames out), raced: the
 first to end cancels the other. News from sessions is flushed once per event-loop turn and
 connection, in one transport write, straight from a loop callback while the socket takes
 data; when it is backed up, the writer task waits for it (up to the slow-client bound) and
 the session merges what piles up meanwhile, so a slow client gets merged deltas instead of
-a growing queue.
+a growing queue. Every frame in, pings included, takes a token from the frame budget
+(ws_budget.py); a client that floods is told once a second, then closed with 1008.
 """
 
 from __future__ import annotations
@@ -19,18 +21,20 @@ from dataclasses import dataclass
 from json.encoder import encode_basestring
 from typing import Any
 
-from starlette.websockets import WebSocket, WebSocketDisconnect
-from websockets.protocol import State as WsState
+from starlette.websockets import WebSocket
 
 from ..errors import BadRequest, DuplicateId, TokenpipeError, TooManyStreams, UnknownId
 from ..protocol import ws as wire
-from ..session import Cursor, Delta, Event, Failed, Finished, GenerationSession, Queued, Started
-from ..types import GenerationRequest, Message, SamplingParams
+from ..session import Cursor, Delta, Event, Finished, GenerationSession, Queued, Started
 from .runtime import SERVER_NAME, Runtime
 from .security import check_handshake
+from .ws_budget import FrameBudget, Verdict
+from .ws_frames import RAW_SEND, FrameSink, race
+from .ws_plain import PlainConnection
+
+__all__ = ["RAW_SEND", "JsonConnection", "PlainConnection", "event_frame", "websocket_endpoint"]
 
 log = logging.getLogger("tokenpipe.ws")
-END_TEXT = "<|ENDTEXT|>"
 
 
 async def websocket_endpoint(websocket: WebSocket) -> None:
@@ -41,7 +45,7 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
     client = websocket.client.host if websocket.client else "unknown"
     limit = runtime.settings.max_connections_per_client
     if runtime.per_client.get(client, 0) >= limit:
-        await _refuse_busy(websocket, wire.PROTOCOL in offered, limit)
+        await _refuse_busy(websocket, runtime, wire.PROTOCOL in offered, limit)
         return
     runtime.per_client[client] = runtime.per_client.get(client, 0) + 1
     protocol = "tokenpipe.v1" if wire.PROTOCOL in offered else "plain"
@@ -61,10 +65,12 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
             del runtime.per_client[client]
 
 
-async def _refuse_busy(websocket: WebSocket, json_mode: bool, limit: int) -> None:
+async def _refuse_busy(websocket: WebSocket, runtime: Runtime, json_mode: bool,
+                       limit: int) -> None:
     """Too many connections from one address: say so in a frame, then close 1013."""
     await websocket.accept(subprotocol=wire.PROTOCOL if json_mode else None)
     message = f"at most {limit} connections per client address; close one and retry"
+    runtime.metrics.errors.labels("rate_limited").inc()  # counted in JSON and plain mode
     if json_mode:
         await websocket.send_text(wire.dumps(wire.error("rate_limited", message,
                                                         retry_after_ms=1000)))
@@ -83,101 +89,6 @@ class _Stream:
             return (f'{{"type":"delta","id":{self.id_json},"seq":{event.seq},'
                     f'"text":{encode_basestring(event.text)}}}')
         return wire.dumps(event_frame(stream_id, event))
-
-
-RAW_SEND = "tokenpipe.raw_send"  # scope key: the server's own ASGI send (see app.py)
-
-
-class FrameSink:
-    """Writes text frames to one client.
-
-    On uvicorn's websockets-sansio protocol (what `tokenpipe serve` runs) frames go
-    straight into its websockets connection and out in one transport write per batch,
-    without a coroutine per frame; anywhere else (test clients, other servers) through the
-    ASGI send, one frame at a time.
-    """
-
-    def __init__(self, websocket: WebSocket) -> None:
-        self.ws = websocket
-        scope = getattr(websocket, "scope", None) or {}
-        proto = getattr(scope.get(RAW_SEND), "__self__", None)
-        self.proto: Any = proto if _is_sansio(proto) else None
-
-    @property
-    def direct(self) -> bool:
-        return self.proto is not None
-
-    def ready(self) -> bool:
-        """True when a direct write would not queue behind data the client has not read."""
-        return self.proto is not None and bool(self.proto.writable.is_set())
-
-    def write_now(self, texts: list[str]) -> None:
-        """Direct path only; frames to a connection that is gone are dropped (its reader
-        sees the disconnect and ends the connection)."""
-        proto = self.proto
-        conn = proto.conn
-        if (proto.disconnected or proto.close_sent or proto.transport.is_closing()
-                or conn.state is not WsState.OPEN):
-            return
-        parts: list[bytes] = conn.data_to_send()  # empty: uvicorn flushes its own sends
-        for text in texts:
-            data = text.encode()
-            parts.append(_text_header(len(data)))
-            parts.append(data)
-        proto.transport.write(b"".join(parts))
-
-    async def write(self, texts: list[str], deadline_s: float) -> None:
-        """Raises TimeoutError when the client has not taken data for `deadline_s`."""
-        if self.proto is None:
-            async with asyncio.timeout(deadline_s):  # one deadline per batch, not per frame
-                for text in texts:
-                    await self.ws.send_text(text)
-            return
-        if not self.proto.writable.is_set():
-            async with asyncio.timeout(deadline_s):
-                await self.proto.writable.wait()
-        self.write_now(texts)
-
-
-_SHORT_HEADERS = [bytes((0x81, n)) for n in range(126)]
-
-
-def _text_header(n: int) -> bytes:
-    """RFC 6455 header of a final, unmasked text frame of n payload bytes (server side)."""
-    if n < 126:
-        return _SHORT_HEADERS[n]
-    if n < 65536:
-        return b"\x81\x7e" + n.to_bytes(2, "big")
-    return b"\x81\x7f" + n.to_bytes(8, "big")
-
-
-def _is_sansio(proto: object) -> bool:
-    try:
-        from uvicorn.protocols.websockets.websockets_sansio_impl import (
-            WebSocketsSansIOProtocol,
-        )
-    except ImportError:  # pragma: no cover - another uvicorn
-        return False
-    return (isinstance(proto, WebSocketsSansIOProtocol)
-            and all(hasattr(proto, a) for a in ("conn", "transport", "writable",
-                                                 "disconnected", "close_sent"))
-            and not proto.conn.extensions)  # frames are written as they are: no deflate
-
-
-async def _race(*coros: Any) -> None:
-    """Runs the coroutines until the first ends; cancels the rest; re-raises its error."""
-    tasks = [asyncio.ensure_future(c) for c in coros]
-    try:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    for task in done:
-        if not task.cancelled() and task.exception() is not None:
-            exc = task.exception()
-            if not isinstance(exc, WebSocketDisconnect | ConnectionError):
-                raise exc
 
 
 def event_frame(stream_id: str, event: Event) -> dict[str, Any]:
@@ -208,35 +119,13 @@ def event_frame(stream_id: str, event: Event) -> dict[str, Any]:
     return wire.error(e.code, e.message, stream_id, e.retry_after_ms)
 
 
-class TokenBucket:
-    """`rate` frames per second on average, bursts up to twice that."""
-
-    def __init__(self, rate: float) -> None:
-        self.rate = rate
-        self.capacity = max(1.0, 2 * rate)
-        self.tokens = self.capacity
-        self.stamp = time.monotonic()
-
-    def take(self) -> float:
-        """0 if a frame may pass now, else the seconds until one may."""
-        if self.rate <= 0:
-            return 0.0
-        now = time.monotonic()
-        self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
-        self.stamp = now
-        if self.tokens >= 1:
-            self.tokens -= 1
-            return 0.0
-        return (1 - self.tokens) / self.rate
-
-
 class JsonConnection:
     def __init__(self, websocket: WebSocket, runtime: Runtime) -> None:
         self.ws = websocket
         self.runtime = runtime
         self.settings = runtime.settings
         self.streams: dict[str, _Stream] = {}
-        self.outbox: deque[dict[str, Any]] = deque()
+        self.outbox: deque[str] = deque()  # frames that are not session events, as JSON
         self.dirty: dict[str, None] = {}  # ordered set of stream ids with news
         self.sink = FrameSink(websocket)
         self.loop = asyncio.get_running_loop()
@@ -245,36 +134,76 @@ class JsonConnection:
         self.sending = False  # the writer holds frames it has taken but not yet sent
         self.settled = asyncio.Event()  # set when the writer has nothing left to send
         self.dropped = False  # the client stopped reading and was let go
+        self.budget = FrameBudget(self.settings.max_frames_per_second,
+                                  self.settings.flood_close_s)
+        self.evicted = asyncio.Event()  # the client flooded frames past the budget
 
     async def run(self) -> None:
         await self.ws.accept(subprotocol=wire.PROTOCOL)
         self.send(wire.hello(SERVER_NAME, self.runtime.models, self.runtime.limits()))
         self.runtime.connections.add(self)
+        proto = self.sink.proto
+        if hasattr(proto, "frame_gate"):  # control frames (pings) count in the budget too
+            proto.frame_gate = self._admit
+            proto.stall_timeout_s = self.settings.slow_client_timeout_s + 2  # after ours
+            proto.on_backed_up = self.wake.set  # the writer times the stall
         try:
-            await _race(self._reader(), self._writer())
+            await race(self._reader(), self._writer(), self._until_evicted())
         finally:
+            if hasattr(proto, "frame_gate"):
+                proto.frame_gate = proto.on_backed_up = None
             self.runtime.connections.discard(self)
             for stream_id, stream in list(self.streams.items()):
                 self._release(stream_id, stream, connection_lost=True)
-            if not self.dropped:  # a close would wait forever behind unread data
-                with contextlib.suppress(Exception):
-                    await self.ws.close()
+            if self.dropped:  # a close frame would wait behind data it does not read
+                self.sink.abort()
+            elif not self.evicted.is_set():
+                await self._close(1000)
 
     async def close_when_flushed(self, code: int, deadline_s: float = 5.0) -> None:
-        """Closes the socket once every stream on it has sent its final frame."""
+        """Closes the socket once every stream on it has sent its final frame, or at the
+        deadline; a client that does not take its close frame is cut off soon after."""
         if self.streams or self.outbox or self.dirty or self.sending:
             self.settled.clear()
             self.wake.set()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.settled.wait(), deadline_s)
-        with contextlib.suppress(Exception):
-            await self.ws.close(code=code, reason="server shutting down")
+        await self._close(code, "server shutting down", hard=True)
+
+    def abort(self) -> None:
+        """Gone now, unsent frames and all (shutdown past its deadline)."""
+        self.sink.abort()
+
+    async def _close(self, code: int, reason: str = "", *, hard: bool = False,
+                     deaf: bool = False, wait_s: float = 1.0) -> None:
+        """Sends the close frame, waiting at most `wait_s` (it queues behind whatever the
+        client has not read); `hard`: the socket goes within `wait_s` more, answered or not;
+        `deaf`: nothing more is read (a flood's backlog is not parsed to find a reply)."""
+        if deaf and hasattr(self.sink.proto, "stop_reading"):
+            self.sink.proto.stop_reading()
+        try:
+            async with asyncio.timeout(wait_s):
+                await self.ws.close(code=code, reason=reason)
+        except TimeoutError:
+            self.sink.abort()
+            return
+        except Exception:  # closed already, or the client is gone
+            pass
+        if hard:
+            self.sink.abort_later(wait_s)
 
     def send(self, frame: dict[str, Any]) -> None:
         """Queues a frame that is not a session event (hello, pong, rejected frames)."""
         if frame["type"] == "error":
             self.runtime.metrics.errors.labels(frame["code"]).inc()
-        self.outbox.append(frame)
+        try:
+            text = wire.dumps(frame)
+        except (ValueError, TypeError, RecursionError):  # never expected: parse refuses it
+            log.exception("a %s frame could not be encoded; sent an error instead",
+                          frame["type"])
+            text = wire.dumps(wire.error("bad_request", f"the {frame['type']} frame could "
+                                         "not be encoded"))
+        self.outbox.append(text)
         self._kick()
 
     def _mark(self, stream_id: str) -> None:
@@ -298,13 +227,15 @@ class JsonConnection:
         texts = self._collect(merge=False)
         if texts:
             self.sink.write_now(texts)
+            if not self.sink.ready():  # now backed up: the writer watches for a stall
+                self.wake.set()
         if not self.streams:
             self.settled.set()
 
     def _collect(self, merge: bool) -> list[str]:
         """Every pending frame as text, in order; streams that sent their final frame end.
         `merge`: the socket was backed up, so each stream's pending text goes as one delta."""
-        texts = [wire.dumps(frame) for frame in self.outbox]
+        texts = list(self.outbox)
         self.outbox.clear()
         dirty = list(self.dirty)
         self.dirty.clear()
@@ -328,17 +259,34 @@ class JsonConnection:
             session.cancel()
 
     # ---- frames in ----------------------------------------------------------------------
+    def _admit(self) -> bool:
+        """Takes one frame from the budget (called for pings by the protocol as well)."""
+        verdict = self.budget.take()
+        if verdict is Verdict.PASS:
+            return True
+        if hasattr(self.sink.proto, "hold_reading"):  # the rest of the flood waits in TCP
+            self.sink.proto.hold_reading(self.budget.hold_s())
+        if verdict is Verdict.NOTIFY:
+            self.send(wire.error("rate_limited", self.budget.notice(),
+                                 retry_after_ms=self.budget.retry_after_ms()))
+        elif verdict is Verdict.EVICT:
+            self.evicted.set()
+        return False
+
+    async def _until_evicted(self) -> None:
+        await self.evicted.wait()
+        log.warning("client over its frame budget for %.0f s; closing it (1008)",
+                    self.settings.flood_close_s)
+        await self._close(1008, "too many frames per second, for too long", hard=True,
+                          deaf=True)
+
     async def _reader(self) -> None:
         limit = self.settings.max_message_bytes
-        bucket = TokenBucket(self.settings.max_frames_per_second)
         while True:
             message = await self.ws.receive()
             if message["type"] == "websocket.disconnect":
                 return
-            wait_s = bucket.take()
-            if wait_s > 0:
-                self.send(wire.error("rate_limited", "too many frames per second; this frame "
-                                     "was not processed", retry_after_ms=int(wait_s * 1000) + 1))
+            if not self._admit():
                 continue
             text = message.get("text")
             if text is None:
@@ -352,10 +300,18 @@ class JsonConnection:
                 frame = wire.parse_client_frame(text)
                 self._handle(frame)
             except TokenpipeError as exc:
-                sid = getattr(exc, "stream_id", None) or wire.frame_id(text)
-                if sid in self.streams and exc.code not in ("duplicate_id", "unknown_id"):
-                    sid = None  # an error naming a running generation would end it
-                self.send(wire.error(exc.code, exc.message, sid, exc.retry_after_ms))
+                self._refuse(text, exc.code, exc.message, getattr(exc, "stream_id", None),
+                             exc.retry_after_ms)
+            except Exception:  # a bug must cost this frame, not the connection's streams
+                log.exception("handling a client frame failed")
+                self._refuse(text, "engine_error", "the server failed to handle this frame")
+
+    def _refuse(self, text: str, code: str, message: str, sid: str | None = None,
+                retry_after_ms: int | None = None) -> None:
+        sid = sid or wire.frame_id(text)
+        if sid in self.streams and code not in ("duplicate_id", "unknown_id"):
+            sid = None  # an error naming a running generation would end it
+        self.send(wire.error(code, message, sid, retry_after_ms))
 
     def _handle(self, frame: wire.ClientFrame) -> None:
         if isinstance(frame, wire.Generate):
@@ -391,19 +347,20 @@ class JsonConnection:
         self._adopt(frame.id, session, session.cursor())
 
     def _resume(self, frame: wire.Resume) -> None:
-        session = self.runtime.adopt(frame.stream)
+        session = self.runtime.resumable.get(frame.stream)
         if session is None:
             raise UnknownId("no resumable generation for that stream token (expired or unknown)")
         stream_id = frame.id or session.client_id or "resumed"
         if stream_id in self.streams and self.streams[stream_id].session is not session:
             raise DuplicateId(f"id {stream_id!r} is already running on this connection")
-        previous = session.owner
-        if isinstance(previous, JsonConnection) and previous is not self:
-            previous.moved(session)
-        try:
+        try:  # checked before anything changes hands: a refused resume disturbs nothing
             cursor = session.cursor(frame.after_seq)
         except ValueError as exc:
-            raise BadRequest(str(exc), param="after_seq") from None
+            raise BadRequest(f"field 'after_seq': {exc}", param="after_seq") from None
+        self.runtime.adopt(frame.stream)
+        previous = session.owner
+        if isinstance(previous, JsonConnection):
+            previous.moved(session, stream_id if previous is self else None)
         self._adopt(stream_id, session, cursor)
 
     def _adopt(self, stream_id: str, session: GenerationSession, cursor: Cursor) -> None:
@@ -413,106 +370,54 @@ class JsonConnection:
         session.attach(lambda: self._mark(stream_id))
         self._mark(stream_id)
 
-    def moved(self, session: GenerationSession) -> None:
-        """A resume on another connection took `session` over."""
+    def moved(self, session: GenerationSession, new_id: str | None = None) -> None:
+        """A resume took `session` over: from another connection, or from this one under
+        `new_id` (the old id ends with `moved` rather than stay as a zombie)."""
         for stream_id, stream in list(self.streams.items()):
-            if stream.session is session:
+            if stream.session is session and stream_id != new_id:
                 self.streams.pop(stream_id)
-                self.send(wire.error("moved", "a resume from another connection took this "
-                                     "generation over", stream_id))
+                where = ("another connection" if new_id is None
+                         else f"this connection as id {new_id!r}")
+                self.send(wire.error("moved", f"a resume from {where} took this generation "
+                                     "over", stream_id))
 
     # ---- frames out ---------------------------------------------------------------------
     async def _writer(self) -> None:
-        timeout = self.settings.slow_client_timeout_s
         while True:
             await self.wake.wait()
             self.wake.clear()
             self.sending = True
-            while self.outbox or self.dirty:
-                texts = self._collect(merge=True)
-                try:
-                    await self.sink.write(texts, timeout)
-                except TimeoutError:
-                    log.warning("client stopped reading for %.0f s; dropping it", timeout)
-                    self.dropped = True
-                    # The close frame waits behind the data the client does not read: try
-                    # briefly, then let the connection go (its generations are cancelled).
-                    with contextlib.suppress(TimeoutError, Exception):
-                        await asyncio.wait_for(
-                            self.ws.close(code=1008, reason="client too slow"), 1.0)
-                    return
+            try:
+                while True:  # also when nothing is pending: a backed-up socket is watched
+                    await self._drained()
+                    if not (self.outbox or self.dirty):
+                        break
+                    await self.sink.write(self._collect(merge=True),
+                                          self.settings.slow_client_timeout_s)
+            except TimeoutError as exc:
+                log.warning("%s; dropping it", exc.args[0] if exc.args else "client too slow")
+                self.dropped = True  # run() cuts it off; its generations are cancelled
+                return
             self.sending = False
             if not self.streams:
                 self.settled.set()
 
-
-class PlainConnection:
-    """The original article's protocol: a text frame in is one user message; text frames
-    of the answer out, then exactly END_TEXT."""
-
-    def __init__(self, websocket: WebSocket, runtime: Runtime) -> None:
-        self.ws = websocket
-        self.runtime = runtime
-        self.inbox: asyncio.Queue[str] = asyncio.Queue()
-
-    async def run(self) -> None:
-        await self.ws.accept()
-        self.runtime.connections.add(self)
-        self.busy = False
-        self.idle = asyncio.Event()
-        try:
-            await _race(self._reader(), self._answer_all())
-        finally:
-            self.runtime.connections.discard(self)
-            with contextlib.suppress(Exception):
-                await self.ws.close()
-
-    async def close_when_flushed(self, code: int, deadline_s: float = 5.0) -> None:
-        if self.busy:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.idle.wait(), deadline_s)
-        with contextlib.suppress(Exception):
-            await self.ws.close(code=code, reason="server shutting down")
-
-    async def _reader(self) -> None:
+    async def _drained(self) -> None:
+        """Waits until the client takes data again. TimeoutError after the slow-client
+        bound, or sooner (flood_close_s) for a client that is over its frame budget as
+        well: one that floods and does not read."""
+        slow = self.settings.slow_client_timeout_s
+        step = min(slow, self.settings.flood_close_s) if self.settings.flood_close_s > 0 else slow
+        since = time.monotonic()
+        waited = 0.0
         while True:
-            message = await self.ws.receive()
-            if message["type"] == "websocket.disconnect":
-                return
-            text = message.get("text")
-            if text is None:
-                text = (message.get("bytes") or b"").decode("utf-8", errors="replace")
-            await self.inbox.put(text)
-
-    async def _answer_all(self) -> None:
-        while True:
-            text = await self.inbox.get()
-            self.busy = True
-            self.idle.clear()
             try:
-                await self._answer(text)
-            finally:
-                self.busy = False
-                self.idle.set()
-
-    async def _answer(self, text: str) -> None:
-        session: GenerationSession | None = None
-        try:
-            if not text.strip():
-                raise BadRequest("empty message")
-            if len(text.encode()) > self.runtime.settings.max_message_bytes:
-                raise BadRequest("message exceeds max_message_bytes")
-            request = GenerationRequest(messages=(Message("user", text),), params=SamplingParams())
-            session = self.runtime.require().submit(request)
-            async for event in session.events():
-                if isinstance(event, Delta):
-                    await self.ws.send_text(event.text)
-                elif isinstance(event, Failed):
-                    await self.ws.send_text(f"\n[error {event.error.code}: {event.error.message}]")
-        except TokenpipeError as exc:
-            await self.ws.send_text(f"[error {exc.code}: {exc.message}]")
-        finally:
-            if session is not None and session.final is None:
-                session.cancel()
-        await self.ws.send_text(END_TEXT)
-
+                await self.sink.drained(step)
+                return
+            except TimeoutError:
+                waited += step
+                if self.budget.refused_since(since - self.budget.interval_s):
+                    raise TimeoutError(f"client flooded frames and read nothing for "
+                                       f"{waited:.0f} s") from None
+                if waited >= slow:
+                    raise TimeoutError(f"client stopped reading for {waited:.0f} s") from None
