@@ -298,7 +298,7 @@ class JsonConnection:
                 continue
             try:
                 frame = wire.parse_client_frame(text)
-                self._handle(frame)
+                await self._handle(frame)
             except TokenpipeError as exc:
                 self._refuse(text, exc.code, exc.message, getattr(exc, "stream_id", None),
                              exc.retry_after_ms)
@@ -313,9 +313,11 @@ class JsonConnection:
             sid = None  # an error naming a running generation would end it
         self.send(wire.error(code, message, sid, retry_after_ms))
 
-    def _handle(self, frame: wire.ClientFrame) -> None:
+    async def _handle(self, frame: wire.ClientFrame) -> None:
+        """One frame at a time, in order: a `cancel` right after its `generate` finds it
+        (a long prompt is tokenized off the loop, and this connection's next frame waits)."""
         if isinstance(frame, wire.Generate):
-            self._generate(frame)
+            await self._generate(frame)
         elif isinstance(frame, wire.Cancel):
             stream = self.streams.get(frame.id)
             if stream is None:
@@ -326,7 +328,7 @@ class JsonConnection:
         else:
             self._resume(frame)
 
-    def _generate(self, frame: wire.Generate) -> None:
+    async def _generate(self, frame: wire.Generate) -> None:
         if frame.id in self.streams:
             raise DuplicateId(f"id {frame.id!r} is already running on this connection")
         if len(self.streams) >= self.settings.max_streams_per_connection:
@@ -340,7 +342,7 @@ class JsonConnection:
             raise BadRequest(
                 f"field 'params.max_tokens': {max_tokens} exceeds limits.max_tokens "
                 f"({limit})", param="params.max_tokens")
-        session = scheduler.submit(frame.to_request(), resumable=frame.resumable)
+        session = await scheduler.start(frame.to_request(), resumable=frame.resumable)
         session.client_id = frame.id
         if session.resumable:
             self.runtime.keep(session)

@@ -98,7 +98,7 @@ class PlainConnection:
             if len(text.encode()) > self.runtime.settings.max_message_bytes:
                 raise BadRequest("message exceeds max_message_bytes")
             request = GenerationRequest(messages=(Message("user", text),), params=SamplingParams())
-            session = self.runtime.require().submit(request)
+            session = await self.runtime.require().start(request)
             async for event in session.events():
                 if isinstance(event, Delta):
                     await self._send(event.text)
