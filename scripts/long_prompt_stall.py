@@ -19,8 +19,8 @@ import httpx
 import websockets
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.conftest import ServerProcess, running  # noqa: E402
-from tests.e2e.hostile import Bystander  # noqa: E402
+from tests.conftest import ServerProcess, running
+from tests.e2e.hostile import Bystander
 
 TEXT = "The quick brown fox jumps over the lazy dog. " * 23000  # 1,035,000 bytes
 
