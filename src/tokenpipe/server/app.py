@@ -17,6 +17,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Mount
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import __version__
@@ -45,12 +46,12 @@ class UIFiles(StaticFiles):
 
     async def get_response(self, path: str, scope: Scope) -> Response:
         if scope["method"] not in ("GET", "HEAD"):
-            # what a client that POSTs to a path of another API (/api/chat) must hear: the
-            # path is unknown here, not "use another method"
-            if not self._exists(path):
-                return JSONResponse({"detail": "Not Found"}, status_code=404)
-            return JSONResponse({"detail": "Method Not Allowed"}, status_code=405,
-                                headers={"Allow": "GET, HEAD"})
+            # What a client that POSTs to a path of another API (/api/chat) must hear: the
+            # path is unknown here, not "use another method". A path that exists (a page,
+            # a route asked with a method it lacks) is 405. The app's handler words both.
+            if self._exists(path) or _route_exists(scope):
+                raise StarletteHTTPException(405, headers={"Allow": "GET, HEAD"})
+            raise StarletteHTTPException(404)
         if not (STATIC / "index.html").is_file():
             if path in ("", ".", "index.html"):
                 return HTMLResponse(_NO_UI)
@@ -66,6 +67,15 @@ class UIFiles(StaticFiles):
             return True
         _, found = self.lookup_path(path)
         return found is not None
+
+
+def _route_exists(scope: Scope) -> bool:
+    """Some route other than a mount serves this path, with another method."""
+    router = getattr(scope.get("app"), "router", None)
+    for route in getattr(router, "routes", ()):
+        if not isinstance(route, Mount) and route.matches(scope)[0] is not Match.NONE:
+            return True
+    return False
 
 
 class KeepRawSend:

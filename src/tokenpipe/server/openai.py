@@ -141,7 +141,7 @@ async def get_model(model_id: str, request: Request) -> ModelCard:
 
 
 @router.api_route("/{path:path}", include_in_schema=False,
-                  methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
+                  methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"])
 async def not_found(request: Request) -> Response:
     path = request.url.path
     allowed = _ROUTES.get(path) or ("GET" if path.startswith("/v1/models/") else None)
