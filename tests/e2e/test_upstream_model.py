@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -20,6 +21,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.model]
 STORY = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
 CODE = [{"role": "system", "content": "You are a Python expert."},
         {"role": "user", "content": "Write a Python function that reverses a string."}]
+
+
+def counts(usage: dict[str, Any]) -> tuple[int, int]:
+    """Prompt and completion tokens; the cache's share depends on what ran before."""
+    return usage["prompt_tokens"], usage["completion_tokens"]
 
 
 def _needs_llama_cpp() -> None:
@@ -62,7 +68,7 @@ async def test_greedy_text_through_the_proxy_equals_the_upstreams(
     assert got == expected and "def " in got
     assert via.start is not None and via.start["prompt_tokens"] is None
     assert direct.start is not None and direct.end is not None and via.end is not None
-    assert via.end["usage"] == direct.end["usage"]
+    assert counts(via.end["usage"]) == counts(direct.end["usage"])
     assert via.end["usage"]["prompt_tokens"] == direct.start["prompt_tokens"]
     assert via.end["finish_reason"] == direct.end["finish_reason"]
     async with httpx.AsyncClient(timeout=120) as http:
@@ -70,7 +76,7 @@ async def test_greedy_text_through_the_proxy_equals_the_upstreams(
         a = (await http.post(model_upstream.url + "/v1/completions", json=body)).json()
         b = (await http.post(model_proxy.url + "/v1/completions", json=body)).json()
     assert a["choices"][0]["text"] == b["choices"][0]["text"]
-    assert a["usage"] == b["usage"]
+    assert counts(a["usage"]) == counts(b["usage"])
 
 
 async def test_cancel_through_the_proxy_stops_the_upstream_generation(
@@ -131,9 +137,7 @@ async def test_proxy_in_front_of_llama_server(llama_server: LlamaServer) -> None
             texts = [await g.collect() for g in gens]
         assert texts == [direct["choices"][0]["message"]["content"]] * 3
         end = gens[0].end
-        assert end is not None and end["usage"] == {
-            "prompt_tokens": direct["usage"]["prompt_tokens"],
-            "completion_tokens": direct["usage"]["completion_tokens"]}
+        assert end is not None and counts(end["usage"]) == counts(direct["usage"])
         async with Client(proxy.ws_url) as client:
             gen = await client.generate(STORY, params={"max_tokens": 1000})
             async for _ in gen:
