@@ -6,7 +6,9 @@
 # left out. Sourced by setup.sh and build-llama-server.sh.
 native_fixes() {
   command -v gcc >/dev/null || return 0
-  if gcc -march=native -Q --help=target 2>/dev/null | grep -qE -- '-mamx-tile[[:space:]]+\[enabled\]'; then
+  local target  # read whole first: `| grep -q` would end gcc early, and pipefail says no
+  target=$(gcc -march=native -Q --help=target 2>/dev/null) || return 0
+  if grep -qE -- '-mamx-tile[[:space:]]+\[enabled\]' <<<"$target"; then
     echo "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
   fi
 }

@@ -12,11 +12,16 @@ model = lc.llama_model_load_from_file(str(bundled_model_path()).encode(),
                                       lc.llama_model_default_params())
 assert model, "the model did not load"
 params = lc.llama_context_default_params()
-params.n_ctx = 64
+params.n_ctx = 256
 ctx = lc.llama_init_from_model(model, params)
 assert ctx, "no context"
-batch = lc.llama_batch_get_one((lc.llama_token * 1)(1), 1)
-assert lc.llama_decode(ctx, batch) == 0, "llama_decode failed"
+# a prompt-sized batch, then one token: batched and single-row matmul kernels both run
+# (a build with kernels this CPU cannot run died only on the batch)
+tokens = [(7 + 13 * i) % 1000 + 1 for i in range(128)]
+batch = lc.llama_batch_get_one((lc.llama_token * len(tokens))(*tokens), len(tokens))
+assert lc.llama_decode(ctx, batch) == 0, "llama_decode of a batch failed"
+batch = lc.llama_batch_get_one((lc.llama_token * 1)(5), 1)
+assert lc.llama_decode(ctx, batch) == 0, "llama_decode of one token failed"
 lc.llama_free(ctx)
 lc.llama_model_free(model)
 print("llama.cpp runs on this CPU")
