@@ -132,8 +132,10 @@ class GenerationSession:
         return self._base + len(self._sealed)
 
     # ---- used by the cursor -------------------------------------------------------------
-    def seal(self, merge: bool) -> None:
-        """Pending text becomes deltas: one per piece, or (`merge`) one for all of it."""
+    def take_deltas(self, after_seq: int, merge: bool) -> list[Delta]:
+        """Pending text becomes deltas (one per piece, or with `merge` one for all of it);
+        returns every delta after `after_seq`. They count as sent: a session nobody can
+        resume lets them go."""
         pending = self._pending
         if len(pending) == 1 or (merge and pending):
             self._sealed.append("".join(pending))
@@ -141,20 +143,13 @@ class GenerationSession:
         elif pending:
             self._sealed.extend(pending)
             pending.clear()
-
-    def delta(self, seq: int) -> Delta:
-        return Delta(seq, self._sealed[seq - self._base])
-
-    @property
-    def first_kept(self) -> int:
-        """The oldest seq still kept (all of them for a resumable session)."""
-        return self._base
-
-    def read_up_to(self, seq: int) -> None:
-        """Every delta before `seq` was sent: a session nobody can resume lets them go."""
-        if not self.resumable and seq > self._base:
-            del self._sealed[: seq - self._base]
-            self._base = seq
+        base, sealed = self._base, self._sealed
+        first = max(after_seq + 1, base)
+        out = [Delta(seq, sealed[seq - base]) for seq in range(first, base + len(sealed))]
+        if not self.resumable and sealed:
+            self._base = base + len(sealed)
+            sealed.clear()
+        return out
 
     # ---- internals ----------------------------------------------------------------------
     def _timing(self) -> Timing:
@@ -228,11 +223,8 @@ class Cursor:
         if not self._sent_start and (s.started_at is not None or s.final is None):
             self._sent_start = True
             out.append(Started(s.model, s.prompt_tokens, s.stream_token))
-        s.seal(merge)
-        end = s.next_seq
-        out.extend(s.delta(seq) for seq in range(max(self.after + 1, s.first_kept), end))
-        self.after = end - 1
-        s.read_up_to(end)
+        out += s.take_deltas(self.after, merge)
+        self.after = s.next_seq - 1
         if s.final is not None:
             self._sent_final = True
             out.append(s.final)

@@ -28,8 +28,8 @@ from ..protocol.openai.errors import error_json
 from ..scheduler import Scheduler
 from .connection_caps import ConnectionCaps, open_fds, raise_fd_limit, throttle_accept_errors
 from .http_protocol import guarded_http
+from .openai.routes import lean_routes, unparsable
 from .openai.routes import router as openai_router
-from .openai.routes import unparsable
 from .runtime import Runtime
 from .security import RequireKey
 from .ws.endpoint import websocket_endpoint
@@ -101,6 +101,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app = FastAPI(title="tokenpipe", version=__version__, lifespan=lifespan,
                   summary="Stream a local LLM's answer token by token.")
     app.state.runtime = runtime
+    app.router.routes[:0] = lean_routes()  # before FastAPI's own (see lean_routes)
+    app.include_router(openai_router)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -131,7 +133,6 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.add_api_websocket_route("/ws", websocket_endpoint)
     app.add_middleware(KeepRawSend)
     app.add_middleware(RequireKey, settings=settings)
-    app.include_router(openai_router)
 
     app.mount("/", UIFiles(directory=STATIC, html=True, check_dir=False), name="ui")
 

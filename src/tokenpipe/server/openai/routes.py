@@ -7,13 +7,14 @@ The two generation routes are documented by FastAPI (their signatures give /docs
 schema) but served by `Generation`, a plain ASGI handler: FastAPI's request handler
 (dependency solving, its body parsing, its response pipeline) cost the hop (`--engine
 openai`) about a fifth of its CPU per request. `Generation` reads the body once and words
-every error as FastAPI did; `GenerationRoute.lean = False` hands serving back to FastAPI.
+every error as FastAPI did. Without `lean_routes()` in the app, FastAPI's routes serve.
 """
 
 from __future__ import annotations
 
 import email.message
 import json
+import logging
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -24,6 +25,7 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
+from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from ...errors import TokenpipeError, UnknownModel
@@ -42,6 +44,7 @@ from ...protocol.openai.schema import sse_openapi
 from ..runtime import Runtime
 from .session_response import SessionResponse, error_response
 
+log = logging.getLogger("tokenpipe.openai")
 Body = ChatCompletionRequest | CompletionRequest
 Render = type[ChatRender | CompletionRender]
 
@@ -63,15 +66,13 @@ class OpenAIRoute(APIRoute):
         return route
 
 
-class GenerationRoute(OpenAIRoute):
-    """A generation route: FastAPI documents it, `Generation` serves it (see the module)."""
-
-    lean = True
-
-    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
-        super().__init__(path, endpoint, **kwargs)
-        if self.lean:
-            self.app = Generation(*_SERVED[self.path])
+def lean_routes() -> list[Route]:
+    """The generation routes as plain Starlette routes, served by `Generation`; the app puts
+    them first, so a generation request is matched by the first route it meets (FastAPI's
+    router walks its included routes with context bookkeeping for each). The FastAPI
+    routes of the same paths below document them in /docs; without these they serve."""
+    return [Route(path, Generation(model, render), methods=["POST"])
+            for path, (model, render) in _SERVED.items()]
 
 
 _STARTED = int(time.time())
@@ -198,6 +199,7 @@ class Generation:
         self.render = render
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        log.debug("%s: the lean handler", scope["path"])
         request = Request(scope, receive)
         try:
             raw = await request.body()
@@ -221,11 +223,7 @@ def _json_body(raw: bytes, content_type: str | None) -> Any:
         return None
     if content_type is None:
         return raw
-    message = email.message.Message()
-    message["content-type"] = content_type
-    subtype = message.get_content_subtype()
-    if message.get_content_maintype() != "application" or not (
-            subtype == "json" or subtype.endswith("+json")):
+    if content_type != "application/json" and not _says_json(content_type):
         return raw
     try:
         return json.loads(raw)
@@ -236,6 +234,15 @@ def _json_body(raw: bytes, content_type: str | None) -> Any:
         raise OpenAIError(unparsable(RecursionError()), param=None, openai_code=None) from None
     except ValueError as exc:  # an integer over Python's digit limit
         raise OpenAIError(unparsable(exc), param=None, openai_code=None) from None
+
+
+def _says_json(content_type: str) -> bool:
+    """application/json or application/*+json, parameters and case as email reads them."""
+    message = email.message.Message()
+    message["content-type"] = content_type
+    subtype = message.get_content_subtype()
+    return message.get_content_maintype() == "application" and (
+        subtype == "json" or subtype.endswith("+json"))
 
 
 def unparsable(cause: BaseException) -> str:
@@ -249,12 +256,10 @@ _SERVED: dict[str, tuple[type[Body], Render]] = {
     "/v1/chat/completions": (ChatCompletionRequest, ChatRender),
     "/v1/completions": (CompletionRequest, CompletionRender),
 }
-# Built here, after Generation; the catch-all last of all.
 router.add_api_route("/chat/completions", chat_completions, methods=["POST"],
-                     response_model=ChatCompletion, route_class_override=GenerationRoute,
+                     response_model=ChatCompletion,
                      responses=_responses(ChatCompletionChunk, _CHAT_SSE))
 router.add_api_route("/completions", completions, methods=["POST"],
-                     response_model=Completion, route_class_override=GenerationRoute,
-                     responses=_responses(Completion, _TEXT_SSE))
+                     response_model=Completion, responses=_responses(Completion, _TEXT_SSE))
 router.add_api_route("/{path:path}", not_found, include_in_schema=False,
                      methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"])

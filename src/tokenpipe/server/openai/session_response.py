@@ -69,7 +69,7 @@ class SessionResponse(Response):
         cursor = self.session.cursor()
         try:
             await race(self._stream(cursor, send) if self.stream else self._whole(cursor, send),
-                       http_disconnect(receive))
+                       http_disconnect(receive), settle=False)  # it only reads receive
         except OSError:  # the client went away while we wrote
             pass
         finally:

@@ -82,6 +82,8 @@ class JsonConnection:
         await self.ws.accept(subprotocol=wire.PROTOCOL)
         self.send(wire.hello(SERVER_NAME, self.runtime.models.names, self.runtime.limits()))
         self.runtime.connections.add(self)
+        log.debug("tokenpipe.v1 connection: frames %s", "written directly" if self.sink.direct
+                  else "through the ASGI send")
         proto = self.sink.proto
         if hasattr(proto, "frame_gate"):  # control frames (pings) count in the budget too
             proto.frame_gate = self._admit
