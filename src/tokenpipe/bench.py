@@ -254,7 +254,7 @@ async def _server_cpu(url: str) -> float | None:
     """The server's process_cpu_seconds_total from /metrics (tokenpipe's), else None."""
     import re
 
-    from .engines import _http1 as http1
+    from . import http as http1
 
     origin = http1.Origin(_base_url(url), spares=False)
     try:
@@ -421,8 +421,8 @@ async def _sse_stream(url: str, args: argparse.Namespace,
     per stream cost the bench about 40 ms of CPU each (most of it building a TLS context)
     and wrote head and body apart; on a machine where the bench shares cores with the
     servers it measures, that CPU is theirs."""
-    from .engines import _http1 as http1
-    from .engines._sse import SSEDecoder
+    from . import http as http1
+    from .http import SSEDecoder
 
     result = StreamResult()
     headers = {"authorization": f"Bearer {args.api_key}"} if args.api_key else {}

@@ -12,7 +12,7 @@ generation with engine_error, never a hang (the idle timeout) and never a silent
 
 Closing the stream closes the upstream HTTP response, which is how the upstream learns to
 stop (vLLM, llama-server and tokenpipe all abort a generation whose client went away).
-Streamed requests go through _http1 (the hop's hot path); listing models and health
+Streamed requests go through tokenpipe.http (the hop's hot path); listing models and health
 checks through httpx. An https:// upstream is verified against the system's CAs, or the
 bundle SSL_CERT_FILE names.
 
@@ -36,9 +36,9 @@ from typing import Any
 
 import httpx
 
+from .. import http as http1
 from ..errors import ContextOverflow, EngineError, EngineUnavailable, Overloaded, TokenpipeError
 from ..types import EngineEvent, EngineStart, GenerationRequest
-from . import _http1 as http1
 from ._openai_wire import (
     Progress,
     Replica,
@@ -50,7 +50,6 @@ from ._openai_wire import (
     parse_json,
     refusal,
 )
-from ._sse import SSEDecoder
 from .base import Engine, EngineInfo, EngineOptions, PreparedRequest
 
 log = logging.getLogger("tokenpipe.openai")
@@ -107,7 +106,7 @@ class OpenAIEngine(Engine):
         # SSL_CERT_DIR where set (how a private CA is trusted).
         tls = (ssl.create_default_context()
                if any(r.base.startswith("https:") for r in self.replicas) else None)
-        # Streamed completions: the small HTTP/1.1 client (see _http1: the hot path).
+        # Streamed completions: the lean HTTP/1.1 client (tokenpipe.http: the hot path).
         self._origins = {r.base: http1.Origin(r.base, tls, max_idle=self.info.max_batch)
                          for r in self.replicas}
         self._post_headers = {"content-type": "application/json",
@@ -352,7 +351,7 @@ class OpenAIEngine(Engine):
             if sent is not None:
                 sent.close()
             raise EngineUnavailable("the openai engine is closed")
-        decoder = SSEDecoder()
+        decoder = http1.SSEDecoder()
         progress = Progress()
         conn: http1.Connection | None = None
         try:
