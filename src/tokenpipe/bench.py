@@ -473,7 +473,7 @@ async def _sse_stream(url: str, args: argparse.Namespace,
 
 def _decode_steps(args: argparse.Namespace) -> int:
     from .engines.base import EngineOptions
-    from .engines.llamacpp import decode_step_times, default_model_path
+    from .engines.llamacpp import LlamaCppEngine, default_model_path
     from .errors import TokenpipeError
 
     top = max(1, args.concurrency)
@@ -482,7 +482,7 @@ def _decode_steps(args: argparse.Namespace) -> int:
     options = EngineOptions(model=path, threads=args.threads, parallel=top,
                             context_size=max(8192, top * 512))
     try:
-        times = decode_step_times(options, sizes, rounds=max(1, args.rounds))
+        times = LlamaCppEngine.time_decode_steps(options, sizes, rounds=max(1, args.rounds))
     except TokenpipeError as exc:
         print(f"tokenpipe bench: {exc.message}", file=sys.stderr)
         return 2
