@@ -22,7 +22,7 @@ from typing import Any
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-PROTOCOL = "tokenpipe.v1"
+from ..protocol.ws import PROTOCOL
 
 __all__ = ["Client", "Generation", "ServerError"]
 
