@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 async def sse_stream(url: str, args: argparse.Namespace,
-                     messages: list[dict[str, str]], start_line: StartLine) -> StreamResult:
+                     messages: list[dict[str, str]], line: StartLine) -> StreamResult:
     result = StreamResult()
     headers = {"authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     body: dict[str, Any] = {"messages": messages, "max_tokens": args.max_tokens,
@@ -35,7 +35,7 @@ async def sse_stream(url: str, args: argparse.Namespace,
         await conn.read()
         conn.release()
         arrived = True
-        await start_line.wait()
+        await line.wait()
         result.start()
         conn = await origin.request("POST", "/v1/chat/completions", request,
                                     {"content-type": "application/json", **headers},
@@ -61,6 +61,6 @@ async def sse_stream(url: str, args: argparse.Namespace,
         result.error = f"{type(exc).__name__}: {exc}"
     finally:
         if not arrived:
-            start_line.leave()
+            line.leave()
         origin.close()
     return result

@@ -10,8 +10,6 @@ from typing import Any
 
 from .metrics import server_cpu
 from .results import RunResult, StreamResult
-from .sse_load import sse_stream
-from .ws_load import ws_stream
 
 
 class StartLine:
@@ -76,7 +74,11 @@ async def server_run(label: str, api: str, url: str, args: argparse.Namespace,
 
 async def _streams(api: str, url: str, args: argparse.Namespace,
                    messages: list[dict[str, str]], n: int) -> list[StreamResult]:
-    stream = ws_stream if api == "ws" else sse_stream
+    # Imported by API: the SSE load needs neither websockets nor the protocol's models.
+    if api == "ws":
+        from .ws_load import ws_stream as stream
+    else:
+        from .sse_load import sse_stream as stream
     line = StartLine(n)
     return list(await asyncio.gather(*(stream(url, args, messages, line) for _ in range(n))))
 
