@@ -77,7 +77,7 @@ class Connection(asyncio.Protocol):
         in_head = self._state == "head"
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
             if self._state != "done":  # (after a complete answer: only not reusable)
                 self._fail(RemoteProtocolError(f"the server broke HTTP/1.1: {exc}"))
                 return

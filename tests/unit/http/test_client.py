@@ -251,6 +251,7 @@ async def test_no_answer_at_all_is_a_remote_protocol_error(server: RawServer) ->
     b"HTTP/1.1 200 OK\r\nbroken header line\r\n\r\n",
     HEAD_CHUNKED + b"zz\r\n",
     HEAD_CHUNKED + b"3\r\nabcXY",
+    b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
 ])
 async def test_malformed_answers_are_protocol_errors(server: RawServer, answer: bytes) -> None:
     server.answers = [(answer, False)]
