@@ -114,3 +114,18 @@ async def test_sse_load_client_counts_texts_usage_and_errors() -> None:
     result = await sse_stream(url, args, messages, line)  # nothing listens there now
     assert result.error is not None and result.error.startswith("ConnectError")
     assert line.waiting == 1  # it left the start line: the other stream does not wait
+
+
+def test_the_sse_bench_loads_neither_the_ws_client_nor_pydantic() -> None:
+    """The bench shares the cores with the servers it measures: its start-up is theirs too
+    (the WebSocket client imports the protocol's pydantic models, about 0.1 s of CPU)."""
+    code = ("import sys, atexit\n"
+            "atexit.register(lambda: print(sorted(m for m in ('pydantic', 'websockets', "
+            "'tokenpipe.client', 'tokenpipe.protocol.ws') if m in sys.modules)))\n"
+            "import tokenpipe.bench.sse_load, tokenpipe.bench.streams\n"
+            "from tokenpipe.cli import main\n"
+            "main(['bench', '--help'])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and "--api {ws,sse}" in done.stdout, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"
