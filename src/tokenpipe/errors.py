@@ -2,18 +2,19 @@
 
     TokenpipeError
      ├── BadRequest                (bad_request, 400)
-     │    ├── ContextOverflow      (context_overflow, 400)
+     │    ├── ContextOverflow      (context_overflow, 400: prompt plus max_tokens do not fit;
+     │    │    │                    `param`: max_tokens, messages or prompt)
+     │    │    └── MaxTokensAboveLimit  (max_tokens alone is above the model's limit, the
+     │    │                         context less one: tokenpipe.v1 words it bad_request)
      │    └── UnknownModel         (unknown_model, 404)
      ├── DuplicateId               (duplicate_id, 409)
      ├── UnknownId                 (unknown_id, 404)
      ├── TooManyStreams            (too_many_streams, 429)
      ├── Overloaded                (overloaded, 429, retry_after_ms)
-     ├── RateLimited               (rate_limited, 429, retry_after_ms)
      ├── Unauthorized              (unauthorized, 401)
      ├── EngineError               (engine_error, 500)
      │    └── EngineUnavailable    (engine_error, 503: not loaded or cannot recover)
-     ├── ShuttingDown              (shutting_down, 503)
-     └── Moved                     (moved, 409: a resume elsewhere took the stream over)
+     └── ShuttingDown              (shutting_down, 503)
 
     MissingDependency (ImportError): an optional extra is not installed; the message is a
     one-line install hint.
@@ -46,6 +47,11 @@ class ContextOverflow(BadRequest):
     code = "context_overflow"
 
 
+class MaxTokensAboveLimit(ContextOverflow):
+    """An explicit max_tokens that no prompt leaves room for (the one start checks it
+    before tokenizing anything)."""
+
+
 class UnknownModel(BadRequest):
     code = "unknown_model"
     status = 404
@@ -75,12 +81,6 @@ class Overloaded(TokenpipeError):
     openai_type = "rate_limit_error"
 
 
-class RateLimited(TokenpipeError):
-    code = "rate_limited"
-    status = 429
-    openai_type = "rate_limit_error"
-
-
 class Unauthorized(TokenpipeError):
     code = "unauthorized"
     status = 401
@@ -99,11 +99,6 @@ class EngineUnavailable(EngineError):
 class ShuttingDown(TokenpipeError):
     code = "shutting_down"
     status = 503
-
-
-class Moved(TokenpipeError):
-    code = "moved"
-    status = 409
 
 
 class MissingDependency(ImportError):

@@ -1,6 +1,11 @@
-"""Admission between sessions and the engine: a bound on running generations, a bounded
-FIFO queue with positions, cancellation that frees a slot at once, and the one place where
-an engine failure becomes a session's Failed event.
+"""Admission between sessions and the engine: the context rule, a bound on running
+generations, a bounded FIFO queue with positions, cancellation that frees a slot at once,
+and the one place where an engine failure becomes a session's Failed event.
+
+The context rule, the same for every door: an explicit max_tokens is at most the context
+less one (MaxTokensAboveLimit, checked before any tokenizing), prompt plus max_tokens fit
+the context (the engine's prepare()), and the prompt has at most --max-prompt-tokens.
+Each is a ContextOverflow whose `param` is the core's name: max_tokens, messages or prompt.
 """
 
 from __future__ import annotations
@@ -12,7 +17,14 @@ import time
 from collections import deque
 
 from .engines.base import Engine, PreparedRequest
-from .errors import ContextOverflow, EngineError, Overloaded, ShuttingDown, TokenpipeError
+from .errors import (
+    ContextOverflow,
+    EngineError,
+    MaxTokensAboveLimit,
+    Overloaded,
+    ShuttingDown,
+    TokenpipeError,
+)
 from .metrics import Metrics
 from .session import Failed, GenerationSession
 from .text import StopMatcher
@@ -61,6 +73,19 @@ class Scheduler:
     def queued(self) -> int:
         return len(self._waiting)
 
+    @property
+    def max_tokens(self) -> int:
+        """The most an answer may ask for: the context less the one token of a prompt."""
+        return self.engine.info.context_tokens - 1
+
+    def _check_max_tokens(self, request: GenerationRequest) -> None:
+        asked = request.params.max_tokens
+        if asked is not None and asked > self.max_tokens:
+            raise MaxTokensAboveLimit(
+                f"max_tokens ({asked}) exceeds the context of "
+                f"{self.engine.info.context_tokens} tokens: limits.max_tokens is "
+                f"{self.max_tokens}", param="max_tokens")
+
     async def start(self, request: GenerationRequest, *,
                     resumable: bool = False) -> GenerationSession:
         """submit(), with a long prompt templated and tokenized in a worker thread: a
@@ -68,6 +93,7 @@ class Scheduler:
         loop would stall every other stream."""
         if self._closing:
             raise ShuttingDown("the server is shutting down")
+        self._check_max_tokens(request)
         prepared = None
         if _prompt_chars(request) > INLINE_PROMPT_CHARS:
             prepared = await asyncio.to_thread(self.engine.prepare, request,
@@ -80,11 +106,13 @@ class Scheduler:
         if self._closing:
             raise ShuttingDown("the server is shutting down")
         if prepared is None:
+            self._check_max_tokens(request)
             prepared = self.engine.prepare(request, self.default_max_tokens)
         if self.max_prompt_tokens is not None and prepared.prompt_tokens > self.max_prompt_tokens:
             raise ContextOverflow(
                 f"the prompt has {prepared.prompt_tokens} tokens; this server accepts at most "
-                f"{self.max_prompt_tokens}", param="messages")
+                f"{self.max_prompt_tokens}",
+                param="prompt" if request.prompt is not None else "messages")
         session = GenerationSession(prepared, self.engine.info.model_id, resumable=resumable)
         # Admission is decided here, synchronously, so that the bound holds however many
         # requests arrive before their tasks first run.

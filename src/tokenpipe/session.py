@@ -1,10 +1,13 @@
 """GenerationSession: one generation, transport-neutral.
 
-The scheduler runs the engine and writes into the session; one adapter at a time reads it
-through a cursor. Text is kept as pending pieces until a reader takes them: a reader that
-keeps up gets one delta per piece the engine produced, a reader whose socket is backed up
-gets the pieces merged into one delta, and `seq` stays contiguous either way. A resumable session
-keeps every delta it has sealed so a new reader can replay from any seq.
+The scheduler runs the engine and writes into the session; every door reads it the same
+way, through one Cursor (`await cursor.next()`, `async for event in cursor`, or `poll()`
+from a loop callback); one cursor at a time is the session's reader (a resume hands it
+over). Text is kept as pending pieces until a reader takes them: a reader that keeps up
+gets one delta per piece the engine produced, a reader whose socket is backed up gets the
+pieces merged into one delta, and `seq` stays contiguous either way. A resumable session
+keeps every delta it has sealed so a new reader can replay from any seq. The session holds
+no door's state: who reads it, under which id, is the door's own record.
 """
 
 from __future__ import annotations
@@ -14,45 +17,13 @@ import enum
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 
 from .engines.base import PreparedRequest
 from .errors import TokenpipeError
-from .types import FinishReason, Timing, Usage
+from .types import Delta, Event, Failed, Finished, FinishReason, Queued, Started, Timing, Usage
 
-
-@dataclass(frozen=True, slots=True)
-class Queued:
-    position: int  # 1 = next
-
-
-@dataclass(frozen=True, slots=True)
-class Started:
-    model: str
-    prompt_tokens: int | None
-    stream: str | None  # resume token, only for resumable sessions
-
-
-@dataclass(frozen=True, slots=True)
-class Delta:
-    seq: int
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    reason: FinishReason
-    usage: Usage
-    timing: Timing
-
-
-@dataclass(frozen=True, slots=True)
-class Failed:
-    error: TokenpipeError
-    usage: Usage
-
-
-Event = Queued | Started | Delta | Finished | Failed
+__all__ = ["Cursor", "Delta", "Event", "Failed", "Finished", "GenerationSession", "Queued",
+           "Started", "State"]
 
 
 class State(enum.Enum):
@@ -82,12 +53,9 @@ class GenerationSession:
         self._sealed: list[str] = []  # delta texts from seq self._base on
         self._base = 0
         self._pending: list[str] = []
-        self._changed = asyncio.Event()
-        self._listener: Callable[[], None] | None = None
+        self._reader: Cursor | None = None  # the one cursor told of news
         self._cancel: Callable[[], object] | None = None
         self.done = asyncio.Event()
-        self.client_id: str | None = None  # the id its current reader calls it by
-        self.owner: object | None = None  # the connection reading it now
 
     # ---- written by the scheduler -------------------------------------------------------
     def set_position(self, position: int) -> None:
@@ -128,32 +96,33 @@ class GenerationSession:
         if self.final is None and self._cancel is not None:
             self._cancel()
 
-    def attach(self, listener: Callable[[], None] | None) -> None:
-        """Makes `listener` the one reader notified of changes (a resume swaps it)."""
-        self._listener = listener
+    def cursor(self, after_seq: int = -1,
+               on_news: Callable[[], None] | None = None) -> Cursor:
+        """The session's reader from `after_seq` on (the previous reader is told nothing
+        more); `on_news` is called, on the loop, whenever there is something to take.
+        ValueError as check_after() says."""
+        self.check_after(after_seq)
+        self._reader = Cursor(self, after_seq, on_news)
+        return self._reader
 
-    def cursor(self, after_seq: int = -1) -> Cursor:
-        """A reader from `after_seq` on; ValueError when that is no longer kept or beyond
-        the last delta any reader was sent (a client cannot have seen it)."""
+    def check_after(self, after_seq: int) -> None:
+        """ValueError when a reader cannot start after `after_seq`: it is no longer kept,
+        or beyond the last delta any reader was sent (a client cannot have seen it)."""
         if after_seq + 1 < self._base:
             raise ValueError(f"deltas before seq {self._base} are no longer kept")
         if after_seq >= self.next_seq:
             raise ValueError(f"after_seq {after_seq} is beyond the last delta sent so far "
                              f"(seq {self.next_seq - 1})")
-        return Cursor(self, after_seq)
 
-    async def events(self, after_seq: int = -1) -> AsyncIterator[Event]:
-        """Every event from after_seq on, for adapters that serve one session alone."""
-        cursor = self.cursor(after_seq)
-        while True:
-            self._changed.clear()
-            batch = cursor.poll()
-            for event in batch:
-                yield event
-                if isinstance(event, Finished | Failed):
-                    return
-            if not batch:
-                await self._changed.wait()
+    def events(self, after_seq: int = -1) -> Cursor:
+        """A cursor to iterate (`async for event in session.events()`), for a reader that
+        serves this one session alone."""
+        return self.cursor(after_seq)
+
+    def detach(self, cursor: Cursor) -> None:
+        """`cursor` stops being told of news (its reader went away)."""
+        if self._reader is cursor:
+            self._reader = None
 
     def usage(self) -> Usage:
         return Usage(self.prompt_tokens or 0, self.completion_tokens, self.cached_tokens)
@@ -162,8 +131,11 @@ class GenerationSession:
     def next_seq(self) -> int:
         return self._base + len(self._sealed)
 
-    # ---- internals ----------------------------------------------------------------------
-    def _seal(self, merge: bool) -> None:
+    # ---- used by the cursor -------------------------------------------------------------
+    def take_deltas(self, after_seq: int, merge: bool) -> list[Delta]:
+        """Pending text becomes deltas (one per piece, or with `merge` one for all of it);
+        returns every delta after `after_seq`. They count as sent: a session nobody can
+        resume lets them go."""
         pending = self._pending
         if len(pending) == 1 or (merge and pending):
             self._sealed.append("".join(pending))
@@ -171,12 +143,15 @@ class GenerationSession:
         elif pending:
             self._sealed.extend(pending)
             pending.clear()
+        base, sealed = self._base, self._sealed
+        first = max(after_seq + 1, base)
+        out = [Delta(seq, sealed[seq - base]) for seq in range(first, base + len(sealed))]
+        if not self.resumable and sealed:
+            self._base = base + len(sealed)
+            sealed.clear()
+        return out
 
-    def _forget_before(self, seq: int) -> None:
-        if not self.resumable and seq > self._base:
-            del self._sealed[: seq - self._base]
-            self._base = seq
-
+    # ---- internals ----------------------------------------------------------------------
     def _timing(self) -> Timing:
         now = time.perf_counter()
         start = self.started_at if self.started_at is not None else now
@@ -199,24 +174,43 @@ class GenerationSession:
         self._notify()
 
     def _notify(self) -> None:
-        self._changed.set()
-        if self._listener is not None:
-            self._listener()
+        if self._reader is not None:
+            self._reader.news()
 
 
 class Cursor:
-    """A reader's position in a session. poll() never blocks."""
+    """A reader's position in a session. `poll()` never blocks; `next()` waits for news;
+    iterating yields every event up to the final one. Text that piled up while the reader
+    was away comes merged into one delta (`merge=False`: one delta per engine piece)."""
 
-    def __init__(self, session: GenerationSession, after_seq: int) -> None:
+    def __init__(self, session: GenerationSession, after_seq: int,
+                 on_news: Callable[[], None] | None = None) -> None:
         self.session = session
         self.after = after_seq
+        self._on_news = on_news
+        self._news = asyncio.Event()
+        self._woken = False
         self._sent_position = 0
         self._sent_start = False
         self._sent_final = False
 
+    def news(self) -> None:
+        """Called by the session when it changed."""
+        self._news.set()
+        if self._on_news is not None:
+            self._on_news()
+
+    def wake(self) -> None:
+        """Makes a waiting next() return, with nothing if nothing happened (a ping is due)."""
+        self._woken = True
+        self._news.set()
+
+    def close(self) -> None:
+        """This reader is gone: the session tells it nothing more."""
+        self.session.detach(self)
+
     def poll(self, merge: bool = True) -> list[Event]:
-        """Every event not yet taken. `merge`: pending pieces of text become one delta (for
-        a reader that fell behind); else one delta per piece."""
+        """Every event not yet taken."""
         s = self.session
         out: list[Event] = []
         if self._sent_final:
@@ -229,15 +223,34 @@ class Cursor:
         if not self._sent_start and (s.started_at is not None or s.final is None):
             self._sent_start = True
             out.append(Started(s.model, s.prompt_tokens, s.stream_token))
-        s._seal(merge)
-        for seq in range(max(self.after + 1, s._base), s.next_seq):
-            out.append(Delta(seq, s._sealed[seq - s._base]))
+        out += s.take_deltas(self.after, merge)
         self.after = s.next_seq - 1
-        s._forget_before(self.after + 1)
         if s.final is not None:
             self._sent_final = True
             out.append(s.final)
         return out
+
+    async def next(self, merge: bool = True) -> list[Event]:
+        """The events not yet taken, waiting until there are some; [] only after wake()
+        (and after the final event, which ends the reading)."""
+        while not self._sent_final:
+            self._news.clear()
+            batch = self.poll(merge)
+            if batch:
+                return batch
+            if self._woken:
+                self._woken = False
+                return []
+            await self._news.wait()
+        return []
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self._each()
+
+    async def _each(self) -> AsyncIterator[Event]:
+        while not self._sent_final:
+            for event in await self.next():
+                yield event
 
     @property
     def finished(self) -> bool:

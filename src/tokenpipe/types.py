@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:  # errors.py imports nothing of tokenpipe either
+    from .errors import TokenpipeError
 
 Role = Literal["system", "user", "assistant"]
 
@@ -94,3 +97,39 @@ class EngineFinish:
 
 
 EngineEvent = EngineStart | EngineText | EngineFinish
+
+
+# What a session yields to its reader (session.py): Queued while waiting, Started, Delta...,
+# then exactly one Finished or Failed.
+@dataclass(frozen=True, slots=True)
+class Queued:
+    position: int  # 1 = next
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    model: str
+    prompt_tokens: int | None
+    stream: str | None  # resume token, only for resumable sessions
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    seq: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    reason: FinishReason
+    usage: Usage
+    timing: Timing
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    error: TokenpipeError
+    usage: Usage
+
+
+Event = Queued | Started | Delta | Finished | Failed

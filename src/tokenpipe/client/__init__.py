@@ -22,7 +22,7 @@ from typing import Any
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-from ..protocol.ws import PROTOCOL
+from ..protocol.ws import BEARER_PREFIX, PROTOCOL
 
 __all__ = ["Client", "Generation", "ServerError"]
 
@@ -204,4 +204,4 @@ class Client:
 
 def bearer_subprotocol(api_key: str) -> str:
     """The subprotocol that carries an API key for clients that cannot set headers."""
-    return "tokenpipe.bearer." + base64.urlsafe_b64encode(api_key.encode()).decode().rstrip("=")
+    return BEARER_PREFIX + base64.urlsafe_b64encode(api_key.encode()).decode().rstrip("=")

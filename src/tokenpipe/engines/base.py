@@ -132,6 +132,7 @@ class EngineOptions:
     context_size: int = 8192  # total context, shared by `parallel` sequences
     parallel: int = 8  # sequences decoded together
     threads: int | None = None
+    determinism: str = "exact"  # llamacpp: exact, serial or fast (docs/determinism.md)
     pace_ms: float = 0.0  # fake engine only
     device: str | None = None  # transformers: cpu, cuda, auto
     upstream: str | None = None  # openai engine: base URL(s), comma-separated replicas

@@ -6,6 +6,8 @@ prompt, so a new prompt never stalls the others for long. Each sequence keeps it
 cells in its own slot after it ends; the next request whose prompt shares a prefix with a
 slot's cache (the next turn of a chat, the same system prompt) skips that prefix.
 Tokens reach asyncio through call_soon_threadsafe, once per step for all sequences.
+A token's arithmetic does not depend on what shares its step (--determinism, default exact:
+_llamacpp_exact picks the kernels), so the caches and the batching never change an answer.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from ..types import (
     SamplingParams,
     Usage,
 )
-from . import _ggml_threadpool
+from . import _ggml_threadpool, _llamacpp_exact
 from .base import (
     Engine,
     EngineInfo,
@@ -87,6 +89,9 @@ class _Seq:
     cached: int = 0  # prompt tokens taken from a cache (its slot's or a donor's)
 
 
+_Row = tuple[_Seq, int, int, bool]  # (sequence, token, position, wants logits)
+
+
 class LlamaCppEngine(Engine):
     def __init__(self, options: EngineOptions) -> None:
         self.options = options
@@ -95,6 +100,11 @@ class LlamaCppEngine(Engine):
             self.model_path.stem if self.model_path else "SmolLM2-135M-Instruct"
         )
         self.parallel = max(1, options.parallel)
+        if options.determinism not in _llamacpp_exact.MODES:
+            raise EngineError(f"determinism must be one of {', '.join(_llamacpp_exact.MODES)}, "
+                              f"not {options.determinism!r}")
+        self.determinism = options.determinism
+        self.rows_exact: bool | None = None  # the load-time check's verdict (None: not run)
         self.info = EngineInfo("llamacpp", model_id, options.context_size // self.parallel,
                                self.parallel)
         self._inbox: queue.SimpleQueue[_Seq] = queue.SimpleQueue()
@@ -127,6 +137,7 @@ class LlamaCppEngine(Engine):
         llama_logger.set_verbose(log.isEnabledFor(logging.DEBUG))
         lc.llama_backend_init()
         mparams = lc.llama_model_default_params()
+        _llamacpp_exact.model_params(self.determinism, mparams)  # determinism: the weights
         self._model = lc.llama_model_load_from_file(str(path).encode(), mparams)
         if not self._model:
             raise EngineError(f"llama.cpp could not load {path}")
@@ -151,6 +162,7 @@ class LlamaCppEngine(Engine):
         cparams.n_threads_batch = threads
         cparams.kv_unified = False
         cparams.no_perf = True
+        _llamacpp_exact.context_params(self.determinism, cparams)  # determinism: the KV cache
         self._ctx = lc.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             raise EngineError("llama.cpp could not create a context")
@@ -162,6 +174,17 @@ class LlamaCppEngine(Engine):
         self._batch_cap = cparams.n_batch
         self._cached: list[list[int]] = [[] for _ in range(self.parallel)]
         self._free: list[int] = list(range(self.parallel))
+        self._check_determinism()  # each fresh context: its kernels are the verdict
+
+    def _check_determinism(self) -> None:
+        if self.determinism != "exact":  # serial: one row per decode, exact by construction;
+            return  # fast: llama.cpp's kernels, whose shape-dependent paths no short check sees
+        self.rows_exact = _llamacpp_exact.rows_are_exact(self._ctx, self._mem, self._batch,
+                                                         self._n_vocab, self.parallel)
+        if not self.rows_exact:
+            log.warning("this model's weight types make a token's arithmetic depend on its "
+                        "batch (docs/determinism.md): greedy answers may vary with caching "
+                        "and load; --determinism serial makes them exact, slowly")
 
     def _meta(self, key: str) -> str | None:
         buf = ctypes.create_string_buffer(1 << 16)
@@ -400,59 +423,67 @@ class LlamaCppEngine(Engine):
             seq.sampler = None
 
     def _step(self, active: list[_Seq]) -> None:
-        batch = self._batch
-        n = 0
-        added: list[tuple[_Seq, int]] = []  # (seq, token) in batch order
-        pos: dict[int, int] = {}  # slot -> position of its next token in this batch
+        rows = self._plan(active)
+        # serial: one token per llama_decode, so that every matmul sees a single row
+        groups = [[row] for row in rows] if self.determinism == "serial" else [rows]
+        outbox: list[tuple[_Seq, list[EngineEvent | BaseException]]] = []
+        for group in groups:
+            group = [row for row in group if row[0] in active]  # not failed or finished
+            if group:
+                outbox.extend(self._decode(group, active))
+        hand_over(outbox)
 
-        def add(seq: _Seq, token: int, logits: bool) -> None:
-            nonlocal n
-            batch.token[n] = token
-            batch.pos[n] = pos.get(seq.slot, seq.n_past)
-            pos[seq.slot] = batch.pos[n] + 1
-            batch.n_seq_id[n] = 1
-            batch.seq_id[n][0] = seq.slot
-            batch.logits[n] = logits
-            if logits:
-                seq.batch_index = n
-            added.append((seq, token))
-            n += 1
-
+    def _plan(self, active: list[_Seq]) -> list[_Row]:
+        """This step's rows: the sampled token of every decoding sequence, then chunks of
+        waiting prompts, first come first served, sorted by slot (llama.cpp puts rows in
+        one ubatch only for increasing, consecutive sequence ids: each run is one graph)."""
+        rows: list[_Row] = []
         for seq in active:
-            seq.batch_index = -1
             if seq.donor is not None and seq.donor.n_past >= seq.share:
                 self._take_from_donor(seq)
             if not seq.todo:
-                add(seq, seq.last, True)
-        budget = self._batch_cap - n
-        if n:
+                rows.append((seq, seq.last, seq.n_past, True))
+        budget = self._batch_cap - len(rows)
+        if rows:
             budget = min(budget, PROMPT_CHUNK)
-        for seq in active:  # prompts, first come first served
+        for seq in active:
             if seq.todo and seq.donor is None and budget > 0:
                 chunk, seq.todo = seq.todo[:budget], seq.todo[budget:]
-                for i, token in enumerate(chunk):
-                    add(seq, token, not seq.todo and i == len(chunk) - 1)
+                last = len(chunk) - 1 if not seq.todo else -1
+                rows.extend((seq, token, seq.n_past + i, i == last)
+                            for i, token in enumerate(chunk))
                 budget -= len(chunk)
+        rows.sort(key=lambda row: row[0].slot)  # stable: a prompt's tokens stay in order
+        return rows
+
+    def _decode(self, rows: list[_Row], active: list[_Seq]
+                ) -> list[tuple[_Seq, list[EngineEvent | BaseException]]]:
+        """One llama_decode of rows, then each sequence's sampled token (or the error)."""
+        batch = self._batch
+        for i, (seq, token, pos, logits) in enumerate(rows):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, pos, 1
+            batch.seq_id[i][0], batch.logits[i] = seq.slot, logits
+            if logits:
+                seq.batch_index = i
+        batch.n_tokens = len(rows)
+        rc = lc.llama_decode(self._ctx, batch)
         outbox: list[tuple[_Seq, list[EngineEvent | BaseException]]] = []
-        if n:
-            batch.n_tokens = n
-            rc = lc.llama_decode(self._ctx, batch)
-            if rc != 0:
-                error = EngineError(f"llama_decode failed with code {rc}")
-                for seq in {s for s, _ in added}:
-                    lc.llama_memory_seq_rm(self._mem, seq.slot, -1, -1)
-                    self._cached[seq.slot].clear()
-                    active.remove(seq)
-                    self._release(seq)
-                    outbox.append((seq, [error]))
-            else:
-                for seq, token in added:
-                    self._cached[seq.slot].append(token)
-                    seq.n_past += 1
-                for seq in list(active):
-                    if seq.batch_index >= 0:
-                        outbox.append((seq, self._sample(seq, active)))
-        hand_over(outbox)
+        if rc != 0:
+            error = EngineError(f"llama_decode failed with code {rc}")
+            for seq in dict.fromkeys(row[0] for row in rows):
+                lc.llama_memory_seq_rm(self._mem, seq.slot, -1, -1)
+                self._cached[seq.slot].clear()
+                active.remove(seq)
+                self._release(seq)
+                outbox.append((seq, [error]))
+            return outbox
+        for seq, token, _, _ in rows:
+            self._cached[seq.slot].append(token)
+            seq.n_past += 1
+        for seq, _, _, logits in rows:
+            if logits:
+                outbox.append((seq, self._sample(seq, active)))
+        return outbox
 
     def _sample(self, seq: _Seq, active: list[_Seq]) -> list[EngineEvent | BaseException]:
         if seq.sampler is None:

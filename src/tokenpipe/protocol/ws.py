@@ -1,19 +1,31 @@
-"""tokenpipe.v1 frames (PROTOCOL.md section 1): parsing of client frames, building of
-server frames. Parsing errors are BadRequest with a message that names the field."""
+"""tokenpipe.v1 frames (docs/protocol.md section 1), every one in and out: client frames
+parsed (errors are BadRequest with a message that names the field), server frames built,
+and a tokenpipe error worded as this protocol's error frame."""
 
 from __future__ import annotations
 
 import json
 import math
 import re
+from json.encoder import encode_basestring
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from ..errors import BadRequest
-from ..types import GenerationRequest, Message, SamplingParams
+from ..errors import BadRequest, MaxTokensAboveLimit, TokenpipeError
+from ..types import (
+    Delta,
+    Event,
+    Finished,
+    GenerationRequest,
+    Message,
+    Queued,
+    SamplingParams,
+    Started,
+)
 
 PROTOCOL = "tokenpipe.v1"
+BEARER_PREFIX = "tokenpipe.bearer."  # + base64url(key): how a browser sends its API key
 StreamId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
 StopString = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
@@ -231,6 +243,10 @@ def hello(server: str, models: list[str], limits: dict[str, int]) -> dict[str, A
             "limits": limits}
 
 
+def pong(data: Any) -> dict[str, Any]:
+    return {"type": "pong", "data": data}
+
+
 def error(
     code: str, message: str, stream_id: str | None = None, retry_after_ms: int | None = None
 ) -> dict[str, Any]:
@@ -238,3 +254,55 @@ def error(
     if retry_after_ms is not None:
         frame["retry_after_ms"] = retry_after_ms
     return frame
+
+
+def error_of(exc: TokenpipeError, stream_id: str | None = None) -> dict[str, Any]:
+    """A tokenpipe error as this protocol's frame. A max_tokens above hello's
+    limits.max_tokens is a frame out of its stated range here: bad_request."""
+    if isinstance(exc, MaxTokensAboveLimit):
+        return error("bad_request", f"field 'params.{exc.param}': {exc.message}", stream_id)
+    return error(exc.code, exc.message, stream_id, exc.retry_after_ms)
+
+
+def event_frame(stream_id: str, event: Event) -> dict[str, Any]:
+    """A session event as the frame of stream `stream_id`."""
+    if isinstance(event, Delta):
+        return {"type": "delta", "id": stream_id, "seq": event.seq, "text": event.text}
+    if isinstance(event, Queued):
+        return {"type": "queued", "id": stream_id, "position": event.position}
+    if isinstance(event, Started):
+        frame: dict[str, Any] = {"type": "start", "id": stream_id, "model": event.model,
+                                 "prompt_tokens": event.prompt_tokens}
+        if event.stream is not None:
+            frame["stream"] = event.stream
+        return frame
+    if isinstance(event, Finished):
+        t = event.timing
+        return {
+            "type": "end",
+            "id": stream_id,
+            "finish_reason": event.reason.value,
+            "usage": {"prompt_tokens": event.usage.prompt_tokens,
+                      "completion_tokens": event.usage.completion_tokens,
+                      "prompt_tokens_details": {"cached_tokens": event.usage.cached_tokens},
+                      "completion_tokens_details": {"reasoning_tokens": 0}},
+            "timing": {"queue_ms": t.queue_ms, "ttft_ms": t.ttft_ms, "total_ms": t.total_ms,
+                       "tokens_per_s": t.tokens_per_s},
+        }
+    return error_of(event.error, stream_id)
+
+
+class EventText:
+    """Session events of one stream as frame text. A delta (nearly every frame) is filled
+    into a template instead of going through a dict and json.dumps: the same bytes."""
+
+    __slots__ = ("_head", "stream_id")
+
+    def __init__(self, stream_id: str) -> None:
+        self.stream_id = stream_id
+        self._head = '{"type":"delta","id":' + encode_basestring(stream_id) + ',"seq":'
+
+    def __call__(self, event: Event) -> str:
+        if isinstance(event, Delta):
+            return f'{self._head}{event.seq},"text":{encode_basestring(event.text)}}}'
+        return dumps(event_frame(self.stream_id, event))

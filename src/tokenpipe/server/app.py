@@ -18,20 +18,23 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Scope
 
 from .. import __version__
 from ..config import Settings, build_engines
 from ..engines.base import Engine
 from ..logs import setup_logging
+from ..protocol.openai.errors import error_json
 from ..scheduler import Scheduler
 from .connection_caps import ConnectionCaps, open_fds, raise_fd_limit, throttle_accept_errors
 from .http_protocol import guarded_http
-from .openai import FastCompletions
-from .openai import router as openai_router
+from .openai.routes import lean_routes, unparsable
+from .openai.routes import router as openai_router
 from .runtime import Runtime
-from .ws import RAW_SEND, websocket_endpoint
-from .ws_protocol import TokenpipeWebSocketProtocol
+from .security import RequireKey
+from .ws.endpoint import websocket_endpoint
+from .ws.frame_sink import KeepRawSend
+from .ws.uvicorn_protocol import TokenpipeWebSocketProtocol
 
 log = logging.getLogger("tokenpipe.server")
 STATIC = Path(__file__).with_name("static")
@@ -78,19 +81,6 @@ def _route_exists(scope: Scope) -> bool:
     return False
 
 
-class KeepRawSend:
-    """Puts the server's own `send` into a WebSocket's scope before the framework wraps it,
-    so that /ws can write frames to uvicorn's connection directly (see ws.FrameSink)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "websocket":
-            scope[RAW_SEND] = send
-        await self.app(scope, receive, send)
-
-
 def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
     """The app; `engine` may be given pre-built (tests), else it is built from settings."""
     settings = settings or Settings()
@@ -111,6 +101,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app = FastAPI(title="tokenpipe", version=__version__, lifespan=lifespan,
                   summary="Stream a local LLM's answer token by token.")
     app.state.runtime = runtime
+    app.router.routes[:0] = lean_routes()  # before FastAPI's own (see lean_routes)
+    app.include_router(openai_router)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -118,18 +110,18 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         (a body that is not JSON, a path that does not match)."""
         if not request.url.path.startswith("/v1/"):
             return await http_exception_handler(request, exc)
-        body = {"error": {"message": _parse_error(exc) or str(exc.detail),
-                          "type": "invalid_request_error", "param": None, "code": None}}
+        body = error_json(_parse_error(exc) or str(exc.detail), kind="invalid_request_error")
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
     @app.api_route("/health", methods=["GET", "HEAD"], tags=["health"])
     async def health() -> JSONResponse:
         """200 when the model is loaded and the engine healthy, else 503 (HEAD: no body)."""
-        body = {"status": "ok" if runtime.ready else "loading", "models": runtime.models}
-        error = runtime.load_error or runtime.engine_failure
+        models = runtime.models
+        body = {"status": "ok" if models.ready else "loading", "models": models.names}
+        error = models.load_error or models.engine_failure
         if error:
             body.update(status="error", error=error)
-        return JSONResponse(body, status_code=200 if runtime.ready else 503)
+        return JSONResponse(body, status_code=200 if models.ready else 503)
 
     @app.api_route("/metrics", methods=["GET", "HEAD"], tags=["health"],
                    response_class=PlainTextResponse)
@@ -140,8 +132,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
 
     app.add_api_websocket_route("/ws", websocket_endpoint)
     app.add_middleware(KeepRawSend)
-    app.add_middleware(FastCompletions)
-    app.include_router(openai_router)
+    app.add_middleware(RequireKey, settings=settings)
 
     app.mount("/", UIFiles(directory=STATIC, html=True, check_dir=False), name="ui")
 
@@ -154,19 +145,19 @@ def _parse_error(exc: StarletteHTTPException) -> str | None:
     cause = exc.__cause__
     if exc.status_code != 400 or not isinstance(cause, (RecursionError, ValueError)):
         return None
-    why = "it is nested too deeply" if isinstance(cause, RecursionError) else str(cause)
-    return f"We could not parse the JSON body of your request: {why}"
+    return unparsable(cause)
 
 
 async def _load(runtime: Runtime, engine: Engine | None) -> None:
     settings = runtime.settings
+    models = runtime.models
     try:
         engines = [engine] if engine is not None else build_engines(settings)
     except Exception as exc:
-        runtime.load_error = f"{type(exc).__name__}: {exc}"
-        log.error("bad model configuration: %s", runtime.load_error)
+        models.load_error = f"{type(exc).__name__}: {exc}"
+        log.error("bad model configuration: %s", models.load_error)
         return
-    runtime.expected = len(engines)
+    models.expected = len(engines)
     results = await asyncio.gather(*(e.load() for e in engines), return_exceptions=True)
     errors = []
     for eng, result in zip(engines, results, strict=True):
@@ -175,23 +166,21 @@ async def _load(runtime: Runtime, engine: Engine | None) -> None:
         if isinstance(result, BaseException):
             errors.append(f"{eng.info.model_id}: {type(result).__name__}: {result}")
             continue
-        runtime.schedulers[eng.info.model_id] = Scheduler(
+        models.schedulers[eng.info.model_id] = Scheduler(
             eng, max_queue=settings.max_queue, default_max_tokens=settings.default_max_tokens,
             max_prompt_tokens=settings.max_prompt_tokens, metrics=runtime.metrics,
         )
         log.info("ready: engine=%s model=%s context=%d batch=%d", eng.info.name,
                  eng.info.model_id, eng.info.context_tokens, eng.info.max_batch)
     if errors:
-        runtime.load_error = "could not load " + "; ".join(errors)
-        log.error("%s", runtime.load_error)
+        models.load_error = "could not load " + "; ".join(errors)
+        log.error("%s", models.load_error)
 
 
 async def _shutdown(runtime: Runtime) -> None:
-    runtime.shutting_down = True
-    await asyncio.gather(*(s.aclose(runtime.settings.shutdown_grace_s)
-                           for s in runtime.schedulers.values()))
+    await runtime.models.aclose(runtime.settings.shutdown_grace_s)
     runtime.close()
-    for scheduler in runtime.schedulers.values():
+    for scheduler in runtime.models.schedulers.values():
         await scheduler.engine.aclose()
 
 
@@ -249,7 +238,7 @@ def run_server(settings: Settings) -> None:
         http=guarded_http(settings, caps),
         timeout_keep_alive=settings.keep_alive_timeout_s,
         backlog=caps.backlog,
-        ws=TokenpipeWebSocketProtocol,  # websockets-sansio, hardened (ws_protocol.py)
+        ws=TokenpipeWebSocketProtocol,  # websockets-sansio, hardened (ws/uvicorn_protocol.py)
         ws_max_size=max(16 * 1024 * 1024, 4 * settings.max_message_bytes),
         ws_per_message_deflate=False,  # deltas are a few bytes: compressing costs, saves nothing
         ws_ping_interval=20.0,

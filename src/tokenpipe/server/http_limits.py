@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 
 from ..config import Settings
+from ..protocol.openai.errors import error_json
 
 
 @dataclass(frozen=True)
@@ -30,17 +31,11 @@ class HttpLimits:
                    body_timeout_s=settings.body_timeout_s)
 
 
-_TYPES = {401: "authentication_error", 403: "permission_error", 421: "permission_error",
-          429: "rate_limit_error"}
-
-
 def error_body(status: int, message: str, path: bytes) -> bytes:
     """In the route's own error shape: OpenAI's under /v1/ and on /ws (as the handshake's
     other refusals), FastAPI's `detail` elsewhere; OpenAI's when the path is not known."""
     if not path or path.startswith((b"/v1/", b"/ws")):
-        kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-        body: object = {"error": {"message": message, "type": kind, "param": None,
-                                  "code": None}}
+        body: object = error_json(message, status=status)
     else:
         body = {"detail": message}
     return json.dumps(body).encode()

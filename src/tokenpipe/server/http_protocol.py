@@ -1,7 +1,7 @@
 """uvicorn's httptools protocol with what a hostile client needs: limits on the request
 head and body, deadlines for them to arrive, caps on open connections, and the Host check
 (DNS rebinding). Each refusal is answered here, on the socket, before any application code
-runs (FastCompletions reads the body of the generation routes before FastAPI does), then
+runs, then
 the connection is closed. `run_server` selects it with `http=guarded_http(...)`.
 
 uvicorn API relied on beyond the asyncio.Protocol interface (uvicorn 0.54, see the tests):

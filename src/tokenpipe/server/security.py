@@ -1,6 +1,6 @@
-"""Who may talk to the server: the API key, the browser Origin on /ws (cross-site WebSocket
-hijacking) and the Host header on every route (DNS rebinding). docs/security.md has the
-threat model."""
+"""Who may talk to the server: the API key (checked once for HTTP, RequireKey, and once for
+WebSocket, check_handshake), the browser Origin on /ws (cross-site WebSocket hijacking) and
+the Host header on every route (DNS rebinding). docs/security.md has the threat model."""
 
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from ..config import Settings
+from ..protocol.openai.errors import error_json
+from ..protocol.ws import BEARER_PREFIX
 from .runtime import Runtime
-
-BEARER_PREFIX = "tokenpipe.bearer."
 
 
 def is_loopback(hostname: str) -> bool:
@@ -132,10 +133,37 @@ async def check_handshake(websocket: WebSocket, runtime: Runtime, offered: list[
 
 
 async def _deny(websocket: WebSocket, status: int, message: str) -> None:
-    body = {"error": {"message": message, "type": "authentication_error" if status == 401
-                      else "permission_error", "param": None,
-                      "code": "unauthorized" if status == 401 else "forbidden"}}
+    body = error_json(message, status=status,
+                      code="unauthorized" if status == 401 else "forbidden")
     try:
         await websocket.send_denial_response(JSONResponse(body, status_code=status))
     except RuntimeError:  # the server has no denial-response extension: plain close (403)
         await websocket.close(code=1008, reason=message)
+
+
+_NO_KEY = error_json("Incorrect or missing API key: send Authorization: Bearer KEY",
+                     status=401, code="invalid_api_key")
+
+
+class RequireKey:
+    """ASGI middleware: with an API key configured, every /v1/ request must carry it
+    (`Authorization: Bearer KEY`), or is answered 401 in OpenAI's shape before any route."""
+
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app = app
+        self.key = settings.api_key
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (self.key and scope["type"] == "http" and scope["path"].startswith("/v1/")
+                and not key_matches(self.key, _header(scope, b"authorization"), [])):
+            await JSONResponse(_NO_KEY, status_code=401)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    """The first header of that name, as Starlette reads it."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None

@@ -13,20 +13,14 @@ from pydantic import ValidationError
 
 from tokenpipe.engines.fake import FakeEngine
 from tokenpipe.errors import ContextOverflow, Overloaded
-from tokenpipe.protocol.openai import (
-    ChatCompletionChunk,
-    ChatCompletionRequest,
-    ChunkChoice,
-    ChunkDelta,
-    CompletionRequest,
-    error_body,
-    param_name,
-    sse_comment,
-    sse_data,
-    validation_error,
-)
+from tokenpipe.protocol.openai.errors import error_body, param_name, validation_error
+from tokenpipe.protocol.openai.render import ChatRender, CompletionRender
+from tokenpipe.protocol.openai.requests import ChatCompletionRequest, CompletionRequest
+from tokenpipe.protocol.openai.responses import ChatCompletionChunk, ChunkChoice, ChunkDelta
+from tokenpipe.protocol.sse import comment as sse_comment
+from tokenpipe.protocol.sse import data as sse_data
 from tokenpipe.scheduler import Scheduler
-from tokenpipe.server.openai_serving import ChatRender, CompletionRender, SessionResponse
+from tokenpipe.server.openai.session_response import SessionResponse
 from tokenpipe.session import Finished
 from tokenpipe.types import FinishReason, GenerationRequest, Message, SamplingParams
 
@@ -354,39 +348,21 @@ async def test_disconnect_cancels_a_whole_answer_too(scheduler: Scheduler) -> No
     assert scheduler.running == 0
 
 
-# ---- FastCompletions: the plain request skips FastAPI; anything else reaches it -----------
+# ---- Generation: the route's lean handler reads the body once and words every refusal ------
 
 
-class Inner:
-    """Stands for the FastAPI app behind the middleware: records the bodies it was given."""
-
-    def __init__(self) -> None:
-        self.bodies: list[bytes] = []
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        self.bodies.append(body)
-        await send({"type": "http.response.start", "status": 299, "headers": []})
-        await send({"type": "http.response.body", "body": b"inner"})
-
-
-async def fast(scheduler: Scheduler, body: bytes | list[bytes], *, key: str | None = None,
+async def lean(scheduler: Scheduler, body: bytes | list[bytes], *,
                headers: list[tuple[bytes, bytes]] | None = None,
-               path: str = "/v1/chat/completions") -> tuple[Inner, Asgi]:
+               path: str = "/v1/chat/completions") -> Asgi:
     from types import SimpleNamespace
 
     from tokenpipe.config import Settings
-    from tokenpipe.server.openai import FastCompletions
+    from tokenpipe.server.openai.routes import _SERVED, Generation
     from tokenpipe.server.runtime import Runtime
 
-    runtime = Runtime(Settings(api_key=key))
-    runtime.schedulers["fake"] = scheduler
-    inner, asgi = Inner(), Asgi()
+    runtime = Runtime(Settings())
+    runtime.models.schedulers["fake"] = scheduler
+    asgi = Asgi()
     parts = [body] if isinstance(body, bytes) else body
     for i, part in enumerate(parts):
         asgi.inbox.put_nowait({"type": "http.request", "body": part,
@@ -394,56 +370,51 @@ async def fast(scheduler: Scheduler, body: bytes | list[bytes], *, key: str | No
     scope = {"type": "http", "method": "POST", "path": path, "query_string": b"",
              "headers": [(b"content-type", b"application/json")] if headers is None
              else headers, "app": SimpleNamespace(state=SimpleNamespace(runtime=runtime))}
-    await asyncio.wait_for(FastCompletions(inner)(scope, asgi.receive, asgi.send), 30)
-    return inner, asgi
+    await asyncio.wait_for(Generation(*_SERVED[path])(scope, asgi.receive, asgi.send), 30)
+    return asgi
 
 
-async def test_fast_path_streams_a_plain_request_without_the_framework(
-        scheduler: Scheduler) -> None:
+async def test_lean_handler_streams_a_request_read_in_parts(scheduler: Scheduler) -> None:
     body = json.dumps({"messages": [{"role": "user", "content": "[[echo]] héllo"}],
                        "stream": True}).encode()
-    inner, asgi = await fast(scheduler, [body[:10], body[10:]])  # the body in two messages
-    assert inner.bodies == []
+    asgi = await lean(scheduler, [body[:10], body[10:]])  # the body in two messages
     assert asgi.start["status"] == 200
     events = asgi.data()
     assert events[-1] == "[DONE]"
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in events[:-1]) == "héllo"
-    inner, asgi = await fast(scheduler, json.dumps({"prompt": "[[echo]] abc"}).encode(),
-                             path="/v1/completions")
-    assert inner.bodies == [] and json.loads(asgi.body)["choices"][0]["text"] == "abc"
+    asgi = await lean(scheduler, json.dumps({"prompt": "[[echo]] abc"}).encode(),
+                      path="/v1/completions")
+    assert json.loads(asgi.body)["choices"][0]["text"] == "abc"
 
 
-@pytest.mark.parametrize(("body", "headers", "key"), [
-    (b'{"messages": [', None, None),  # not JSON
-    (b'{"messages": []}', None, None),  # does not validate
-    (b'{"messages": [{"role": "user", "content": "hi"}], "bogus": 1}', None, None),
-    (b'{"messages": [{"role": "user", "content": "hi"}]}', [], None),  # no content-type
+@pytest.mark.parametrize(("body", "headers", "param", "message"), [
+    (b'{"messages": [', None, None, "We could not parse the JSON body"),
+    (b'{"messages": []}', None, "messages", "messages"),
+    (b'{"messages": [{"role": "user", "content": "hi"}], "bogus": 1}', None, "bogus",
+     "Unrecognized request argument supplied: bogus"),
+    (b'{"messages": [{"role": "user", "content": "hi"}]}', [], None, "must be a JSON object"),
     (b'{"messages": [{"role": "user", "content": "hi"}]}', [(b"content-type", b"text/plain")],
-     None),
-    (b'{"messages": [{"role": "user", "content": "hi"}]}', None, "sekrit"),  # no key
+     None, "must be a JSON object"),
+    (b"", None, None, "must be a JSON object"),
+    (b"[" * 100000 + b"]" * 100000, None, None, "nested too deeply"),
 ])
-async def test_fast_path_leaves_everything_else_to_the_routes(
-        scheduler: Scheduler, body: bytes, headers: Any, key: str | None) -> None:
-    inner, asgi = await fast(scheduler, body, key=key, headers=headers)
-    assert inner.bodies == [body]  # replayed whole: FastAPI words the error as before
-    assert asgi.start["status"] == 299 and scheduler.running == 0
+async def test_lean_handler_words_each_refusal_in_openais_shape(
+        scheduler: Scheduler, body: bytes, headers: Any, param: str | None,
+        message: str) -> None:
+    asgi = await lean(scheduler, body, headers=headers)
+    assert asgi.start["status"] == 400
+    error = json.loads(asgi.body)["error"]
+    assert error["param"] == param and message in error["message"]
+    assert error["type"] == "invalid_request_error"
+    assert scheduler.running == 0
 
 
-async def test_fast_path_checks_the_key(scheduler: Scheduler) -> None:
-    body = b'{"messages": [{"role": "user", "content": "[[echo]] ok"}]}'
-    headers = [(b"content-type", b"application/json; charset=utf-8"),
-               (b"authorization", b"Bearer sekrit")]
-    inner, asgi = await fast(scheduler, body, key="sekrit", headers=headers)
-    assert inner.bodies == [] and asgi.start["status"] == 200
-    assert json.loads(asgi.body)["choices"][0]["message"]["content"] == "ok"
-    wrong = [headers[0], (b"authorization", b"Bearer other")]
-    inner, asgi = await fast(scheduler, body, key="sekrit", headers=wrong)
-    assert inner.bodies == [body]
-
-
-async def test_fast_path_answers_tokenpipe_errors_itself(scheduler: Scheduler) -> None:
+async def test_lean_handler_answers_tokenpipe_errors_itself(scheduler: Scheduler) -> None:
     body = b'{"messages": [{"role": "user", "content": "hi"}], "model": "nope"}'
-    inner, asgi = await fast(scheduler, body)
-    assert inner.bodies == []
+    asgi = await lean(scheduler, body)
     assert asgi.start["status"] == 404
     assert json.loads(asgi.body)["error"]["code"] == "model_not_found"
+    body = b'{"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 99999}'
+    error = json.loads((await lean(scheduler, body)).body)["error"]
+    assert error["code"] == "context_length_exceeded"
+    assert error["param"] == "max_completion_tokens"  # the name this client sent

@@ -1,14 +1,14 @@
 """Hugging Face transformers (PyTorch), the original article's stack, with its flaws fixed.
 
 One decode thread owns the model; the event loop never runs a forward pass. The thread
-keeps up to `parallel` sequences in one batch (_hf_batch.KVBatch) and runs one forward per
+keeps up to `parallel` sequences in one batch (batch.KVBatch) and runs one forward per
 step with one token per sequence. Requests waiting to join are prefilled together in one
 forward (left-padded, like the batch), a group of similar lengths bounded by prefill_tokens
 padded tokens (a lone request, or one longer than the budget, goes alone), and then join;
 between two prefill groups the running sequences take a step. Closing a stream marks its
 sequence cancelled, and the thread drops it before the next step (a request cancelled
 during its prefill does not join), so the compute stops within a token. Sampling is our
-own (_hf_sampling), which gives each request its own seeded generator and its own
+own (sampling.py), which gives each request its own seeded generator and its own
 settings inside one batch.
 Tokens reach asyncio through one call_soon_threadsafe per event loop per step.
 
@@ -33,12 +33,11 @@ import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from ..errors import EngineError, EngineUnavailable, MissingDependency
-from ..text import IdDetokenizer
-from ..types import (
+from ...errors import EngineError, EngineUnavailable, MissingDependency
+from ...text import IdDetokenizer
+from ...types import (
     EngineEvent,
     EngineFinish,
     EngineStart,
@@ -47,21 +46,21 @@ from ..types import (
     GenerationRequest,
     Usage,
 )
-from .base import (
+from ..base import (
     Engine,
     EngineInfo,
     EngineOptions,
     PreparedRequest,
-    bundled_model_path,
     hand_over,
 )
 
 try:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+    from transformers import DynamicCache
 
-    from ._hf_batch import KVBatch, mergeable, plan_prefill, prefill_inputs
-    from ._hf_sampling import Sampler
+    from .batch import KVBatch, mergeable, plan_prefill, prefill_inputs
+    from .loading import end_tokens, load, model_name
+    from .sampling import Sampler
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise MissingDependency(
         f"the transformers engine needs {exc.name or 'torch and transformers'}: "
@@ -69,10 +68,6 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     ) from None
 
 log = logging.getLogger("tokenpipe.transformers")
-
-# Chat-turn terminators that end a generation even where the config names only one EOS.
-_END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-                "<|end_of_text|>", "</s>")
 
 StepHook = Callable[[list["_Seq"]], None]
 
@@ -105,7 +100,7 @@ class TransformersEngine(Engine):
         self.options = options
         self.parallel = max(1, options.parallel)
         self.prefill_tokens = prefill_tokens
-        self.info = EngineInfo("transformers", options.model_id or _model_name(options.model),
+        self.info = EngineInfo("transformers", options.model_id or model_name(options.model),
                                options.context_size, self.parallel)
         self._step_hook = step_hook
         self._inbox: queue.SimpleQueue[_Seq] = queue.SimpleQueue()
@@ -128,25 +123,11 @@ class TransformersEngine(Engine):
         self._thread.start()
 
     def _load(self) -> None:
-        source, gguf = _resolve(self.options.model)
-        device = _device(self.options.device)
-        dtype = torch.float32 if device.type == "cpu" else (
-            torch.bfloat16 if device.type != "cuda" or torch.cuda.is_bf16_supported()
-            else torch.float16)
-        if self.options.threads:
-            torch.set_num_threads(self.options.threads)
-        extra = {"gguf_file": gguf} if gguf else {}
-        try:
-            self._tok = AutoTokenizer.from_pretrained(source, **extra)
-            self._model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **extra)
-        except Exception as exc:
-            raise EngineError(f"transformers could not load {self.options.model or source}: "
-                              f"{type(exc).__name__}: {exc}") from exc
-        self._model.to(device).eval()
+        source, self._tok, self._model, device, dtype = load(self.options)
         self._device = device
         config = self._model.config.get_text_config(decoder=True)
         native = getattr(config, "max_position_embeddings", None) or self.options.context_size
-        self._eog = self._end_tokens()
+        self._eog = end_tokens(self._model, self._tok)
         # transformers 5.x renamed forward's past_key_values to cache (the old name warns).
         params = inspect.signature(self._model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
@@ -156,19 +137,6 @@ class TransformersEngine(Engine):
                                min(int(native), self.options.context_size), max_batch)
         log.info("loaded %s on %s (%s): context %d, batch %d", source, device, dtype,
                  self.info.context_tokens, max_batch)
-
-    def _end_tokens(self) -> frozenset[int]:
-        ids: set[int] = set()
-        for eos in (self._model.generation_config.eos_token_id, self._tok.eos_token_id):
-            if isinstance(eos, int):
-                ids.add(eos)
-            elif eos:
-                ids.update(int(i) for i in eos)
-        vocab = self._tok.get_vocab()
-        special = set(self._tok.all_special_tokens) | set(
-            getattr(self._tok, "added_tokens_encoder", {}))
-        ids.update(vocab[t] for t in _END_OF_TURN if t in special and t in vocab)
-        return frozenset(ids)
 
     # ---- text ---------------------------------------------------------------------------
     def render(self, request: GenerationRequest) -> str:
@@ -294,7 +262,7 @@ class TransformersEngine(Engine):
 
     def _take_group(self, waiting: deque[_Seq], room: int) -> list[_Seq]:
         """Removes from `waiting` the requests to prefill now: the oldest, and others of a
-        similar length while the padded group fits the budget (_hf_batch.plan_prefill)."""
+        similar length while the padded group fits the budget (batch.plan_prefill)."""
         picked = plan_prefill([s.prepared.prompt_tokens for s in waiting], room,
                               self.prefill_tokens)
         group = [waiting[i] for i in picked]
@@ -403,38 +371,3 @@ def _drain(inbox: queue.SimpleQueue[_Seq]) -> list[_Seq]:
             out.append(inbox.get_nowait())
         except queue.Empty:
             return out
-
-
-def _model_name(model: str | None) -> str:
-    if not model:
-        return "SmolLM2-135M-Instruct"
-    path = Path(model)
-    return path.stem if path.suffix == ".gguf" else path.name or model
-
-
-def _device(name: str | None) -> torch.device:
-    if name in (None, "", "cpu"):
-        return torch.device("cpu")
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise EngineError(f"device {name!r} asked for, but torch sees no CUDA device")
-    return torch.device(name)
-
-
-def _resolve(model: str | None) -> tuple[str, str | None]:
-    """(folder or hub id, GGUF file name or None) for from_pretrained."""
-    if not model:
-        path = bundled_model_path()
-        return str(path.parent), path.name
-    path = Path(model).expanduser()
-    if path.is_file():
-        if path.suffix != ".gguf":
-            raise EngineError(f"{path} is a file but not a .gguf: give a GGUF file, a model "
-                              "folder or a hub id")
-        return str(path.parent), path.name
-    if path.is_dir():
-        return str(path), None
-    if path.is_absolute() or model.startswith((".", "~")) or path.suffix == ".gguf":
-        raise EngineError(f"model not found: {model}")
-    return model, None  # a hub id: needs a network (or a filled cache)

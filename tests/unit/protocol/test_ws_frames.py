@@ -13,8 +13,8 @@ import pytest
 from tokenpipe.errors import BadRequest
 from tokenpipe.logs import JsonFormatter, RedactSecrets
 from tokenpipe.protocol import ws as wire
-from tokenpipe.server.ws_budget import FrameBudget, Verdict
-from tokenpipe.server.ws_frames import clean, utf8
+from tokenpipe.server.ws.budget import FrameBudget, Verdict
+from tokenpipe.server.ws.frame_sink import clean, utf8
 
 LONE = "\\ud800"  # as a client sends it: the JSON escape of a lone surrogate
 

@@ -13,7 +13,7 @@ from tokenpipe.engines.base import EngineOptions
 from tokenpipe.engines.fake import FakeEngine
 from tokenpipe.scheduler import Scheduler
 from tokenpipe.server.runtime import Runtime
-from tokenpipe.server.ws import JsonConnection
+from tokenpipe.server.ws.connection import JsonConnection
 
 
 class HeldSocket:
@@ -45,7 +45,7 @@ class HeldSocket:
 async def test_a_backed_up_socket_gets_merged_deltas_and_the_engine_runs_on() -> None:
     engine = FakeEngine.from_options(EngineOptions(context_size=100_000))
     runtime = Runtime(Settings(engine="fake"))
-    runtime.schedulers["fake"] = Scheduler(engine)
+    runtime.models.schedulers["fake"] = Scheduler(engine)
     sock = HeldSocket()
     connection = JsonConnection(sock, runtime)  # type: ignore[arg-type]
     task = asyncio.create_task(connection.run())
@@ -76,20 +76,19 @@ async def test_a_backed_up_socket_gets_merged_deltas_and_the_engine_runs_on() ->
 def test_delta_frames_are_the_json_the_protocol_module_writes() -> None:
     """The hand-templated delta frame equals json.dumps of the dict, for awkward texts."""
     from tokenpipe.protocol import ws as wire
-    from tokenpipe.server.ws import _Stream, event_frame
     from tokenpipe.session import Delta, Finished
 
-    stream = _Stream(None, None, wire.dumps("a.b-c_9"))  # type: ignore[arg-type]
+    frame = wire.EventText("a.b-c_9")
     texts = ['say "hi"', "back\\slash", "tab\there\nnew", "\x00\x1f\x7f", "日本語 🎉👩‍💻",
              "</script>", "\u2028\u2029", " "]
     for seq, text in enumerate(texts):
         event = Delta(seq, text)
-        made = stream.frame("a.b-c_9", event)
-        assert made == wire.dumps(event_frame("a.b-c_9", event))
+        made = frame(event)
+        assert made == wire.dumps(wire.event_frame("a.b-c_9", event))
         assert json.loads(made) == {"type": "delta", "id": "a.b-c_9", "seq": seq, "text": text}
     from tokenpipe.types import FinishReason, Timing, Usage
     end = Finished(FinishReason.STOP, Usage(1, 2), Timing(0.0, 1.0, 2.0, 3.0))
-    assert json.loads(stream.frame("a.b-c_9", end))["type"] == "end"
+    assert json.loads(frame(end))["type"] == "end"
 
 
 def test_text_frame_headers_match_the_websockets_library() -> None:
@@ -97,7 +96,7 @@ def test_text_frame_headers_match_the_websockets_library() -> None:
     would write for an unmasked final text frame, at every length boundary."""
     from websockets.frames import Frame, Opcode
 
-    from tokenpipe.server.ws_frames import _text_header
+    from tokenpipe.server.ws.frame_sink import _text_header
 
     for n in (0, 1, 125, 126, 127, 65535, 65536, 70000):
         payload = b"x" * n

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..types import SamplingParams
+from ...types import SamplingParams
 
 
 class Sampler:

@@ -1,6 +1,5 @@
-"""OpenAI wire models (docs/protocol.md section 3): request bodies, response objects, errors, SSE.
-
-What a request may hold, decided for a user who relies on the answer meaning what they asked:
+"""OpenAI request bodies (docs/protocol.md section 3): what a request may hold, decided for a
+user who relies on the answer meaning what they asked.
 
 - Every sampling parameter the core honours is accepted with OpenAI's ranges, plus vLLM's
   extras `top_k` (-1 or 0: off), `min_p` and `repetition_penalty`.
@@ -13,15 +12,10 @@ What a request may hold, decided for a user who relies on the answer meaning wha
   accepted and ignored.
 - Anything else is refused like OpenAI does: "Unrecognized request argument supplied".
 - Defaults are OpenAI's: `temperature` 1, and for /v1/completions `max_tokens` 16.
-
-Module-level functions are sans-IO: pydantic errors to OpenAI errors, SSE encoding.
 """
 
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Sequence
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
@@ -29,48 +23,16 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    SerializerFunctionWrapHandler,
     WithJsonSchema,
     field_validator,
-    model_serializer,
     model_validator,
 )
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
-from ..errors import BadRequest, TokenpipeError
-from ..types import GenerationRequest, Message, SamplingParams
+from ...types import GenerationRequest, Message, SamplingParams
 
 MAX_STOP = 16  # OpenAI allows 4; the core's matcher takes more, as vLLM does
-SSE_DONE = b"data: [DONE]\n\n"
-
-# tokenpipe error codes that OpenAI names differently; the others pass through
-_OPENAI_CODES = {
-    "context_overflow": "context_length_exceeded",
-    "unknown_model": "model_not_found",
-    "unauthorized": "invalid_api_key",
-}
-
-
-class OpenAIError(BadRequest):
-    """A request OpenAI would refuse with 400; `openai_code` is OpenAI's code for it."""
-
-    def __init__(self, message: str, *, param: str | None, openai_code: str | None) -> None:
-        super().__init__(message, param=param)
-        self.openai_code = openai_code
-
-
-def error_body(exc: TokenpipeError) -> dict[str, Any]:
-    if isinstance(exc, OpenAIError):
-        code = exc.openai_code
-    else:
-        code = _OPENAI_CODES.get(exc.code, exc.code)
-    return {"error": {"message": exc.message, "type": exc.openai_type, "param": exc.param,
-                      "code": code}}
-
-
-# ---- request bodies ---------------------------------------------------------------------
-
 
 def _unsupported(value: Any, message: str) -> Any:
     raise PydanticCustomError("unsupported_value", message)
@@ -333,236 +295,3 @@ class CompletionRequest(_Sampling):
                                  model=self.model)
 
 
-# ---- pydantic errors to OpenAI's -------------------------------------------------------
-
-
-def param_name(loc: Sequence[int | str]) -> str | None:
-    """('messages', 0, 'content') -> 'messages[0].content', as OpenAI names parameters."""
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or None
-
-
-_ABOVE = ("less_than", "less_than_equal", "too_long")
-_BELOW = ("greater_than", "greater_than_equal", "too_short")
-
-
-def validation_error(errors: Sequence[Any]) -> OpenAIError:
-    """The first of FastAPI's validation errors, as OpenAI words it."""
-    if not errors:
-        return OpenAIError("invalid request", param=None, openai_code=None)
-    err = errors[0]
-    loc = [p for p in err.get("loc", ()) if p != "body"]
-    kind: str = err.get("type", "")
-    ctx = err.get("ctx") or {}
-    param = ctx.get("param") or param_name(loc)
-    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ").rstrip(".")
-    got = err.get("input")
-    if kind == "json_invalid":
-        return OpenAIError("We could not parse the JSON body of your request: "
-                           f"{ctx.get('error', 'invalid JSON')}", param=None, openai_code=None)
-    if not loc and kind in ("missing", "model_attributes_type", "model_type", "dict_type"):
-        return OpenAIError("The request body must be a JSON object (Content-Type: "
-                           "application/json).", param=None, openai_code=None)
-    if kind == "missing":
-        return OpenAIError(f"Missing required parameter: '{param}'.", param=param,
-                           openai_code="missing_required_parameter")
-    if kind == "extra_forbidden":
-        return OpenAIError(f"Unrecognized request argument supplied: {param}", param=param,
-                           openai_code="unknown_parameter")
-    if kind in ("unsupported_parameter", "unsupported_value"):
-        return OpenAIError(f"Unsupported value for '{param}': {msg}.", param=param,
-                           openai_code=kind)
-    if kind.endswith("_type") or kind == "int_from_float":
-        return OpenAIError(f"Invalid type for '{param}': {msg.lower()}.", param=param,
-                           openai_code="invalid_type")
-    if kind in _ABOVE or kind in _BELOW:
-        limit = next(iter(ctx.values()), got)  # the bound's type is the field's
-        number = "integer" if isinstance(limit, int) else "decimal"
-        side = "above_max" if kind in _ABOVE else "below_min"
-        code = f"{number}_{side}_value" if not kind.startswith("too_") else "invalid_value"
-        return OpenAIError(f"Invalid '{param}': {msg.lower()} (got {json.dumps(got)[:80]}).",
-                           param=param, openai_code=code)
-    return OpenAIError(f"Invalid value for '{param}': {msg}.", param=param,
-                       openai_code="invalid_value")
-
-
-# ---- response objects (what the schema documents; encoded with model_dump_json) ---------
-
-
-class PromptTokensDetails(BaseModel):
-    cached_tokens: int = Field(default=0, description="Prompt tokens whose KV cache was "
-                               "reused (an earlier turn, a shared prefix), not decoded again")
-    audio_tokens: int = 0
-
-
-class CompletionTokensDetails(BaseModel):
-    reasoning_tokens: int = 0
-    audio_tokens: int = 0
-    accepted_prediction_tokens: int = 0
-    rejected_prediction_tokens: int = 0
-
-
-class UsageInfo(BaseModel):
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-    prompt_tokens_details: PromptTokensDetails = Field(default_factory=PromptTokensDetails)
-    completion_tokens_details: CompletionTokensDetails = Field(
-        default_factory=CompletionTokensDetails)
-
-
-class AssistantMessage(BaseModel):
-    role: Literal["assistant"] = "assistant"
-    content: str
-    refusal: None = None
-
-
-FinishReasonName = Literal["stop", "length", "cancelled"]
-
-
-class ChatChoice(BaseModel):
-    index: int = 0
-    message: AssistantMessage
-    logprobs: None = None
-    finish_reason: FinishReasonName
-
-
-class ChatCompletion(BaseModel):
-    id: str
-    object: Literal["chat.completion"] = "chat.completion"
-    created: int
-    model: str
-    choices: list[ChatChoice]
-    usage: UsageInfo
-    system_fingerprint: None = None
-
-
-class ChunkDelta(BaseModel):
-    """Only what changed, as OpenAI sends it: `{"role": "assistant", "content": ""}` first,
-    then `{"content": "..."}`, and `{}` in the chunk with the finish_reason."""
-
-    role: Literal["assistant"] | None = None
-    content: str | None = None
-
-    @model_serializer(mode="wrap")
-    def _only_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        return {k: v for k, v in data.items() if v is not None}
-
-
-class ChunkChoice(BaseModel):
-    index: int = 0
-    delta: ChunkDelta
-    logprobs: None = None
-    finish_reason: FinishReasonName | None = None
-
-
-class ChatCompletionChunk(BaseModel):
-    id: str
-    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
-    created: int
-    model: str
-    choices: list[ChunkChoice]
-    usage: UsageInfo | None = None
-    system_fingerprint: None = None
-
-
-class TextChoice(BaseModel):
-    index: int = 0
-    text: str
-    logprobs: None = None
-    finish_reason: FinishReasonName | None = None
-
-
-class Completion(BaseModel):
-    """A /v1/completions answer; streamed, each chunk has this shape with a piece of text
-    (`finish_reason` null until the last), and `usage` only in the include_usage chunk."""
-
-    id: str
-    object: Literal["text_completion"] = "text_completion"
-    created: int
-    model: str
-    choices: list[TextChoice]
-    usage: UsageInfo | None = None
-    system_fingerprint: None = None
-
-
-class ModelCard(BaseModel):
-    id: str
-    object: Literal["model"] = "model"
-    created: int
-    owned_by: str = "tokenpipe"
-    max_model_len: int | None = None  # as vLLM: the tokens one request may use in all
-
-
-class ModelList(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[ModelCard]
-
-
-class ErrorDetail(BaseModel):
-    message: str
-    type: str
-    param: str | None
-    code: str | None
-
-
-class ErrorResponse(BaseModel):
-    error: ErrorDetail
-
-
-def now() -> int:
-    return int(time.time())
-
-
-# ---- server-sent events ----------------------------------------------------------------
-
-
-def sse_data(obj: BaseModel | dict[str, Any]) -> bytes:
-    """One SSE event; JSON never holds a raw newline, so one data line suffices."""
-    if isinstance(obj, BaseModel):
-        payload = obj.model_dump_json()
-    else:
-        payload = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-    return b"data: " + payload.encode() + b"\n\n"
-
-
-def sse_comment(text: str) -> bytes:
-    """A comment line: SSE clients (the OpenAI SDKs too) skip it; proxies see traffic."""
-    return b": " + text.replace("\r", " ").replace("\n", " ").encode() + b"\n\n"
-
-
-def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """The model's JSON schema with its $defs inlined, to embed where no $ref resolves."""
-    schema = model.model_json_schema()
-    defs = schema.pop("$defs", {})
-
-    def resolve(node: Any) -> Any:
-        if isinstance(node, dict):
-            ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith("#/$defs/"):
-                return resolve(defs[ref.removeprefix("#/$defs/")])
-            return {k: resolve(v) for k, v in node.items()}
-        if isinstance(node, list):
-            return [resolve(v) for v in node]
-        return node
-
-    result: dict[str, Any] = resolve(schema)
-    return result
-
-
-def sse_openapi(chunk: type[BaseModel], example: str) -> dict[str, Any]:
-    """The `text/event-stream` content of an OpenAPI response, as FastAPI writes its own."""
-    return {"itemSchema": {
-        "type": "object", "required": ["data"],
-        "properties": {"data": {"anyOf": [
-            {"type": "string", "contentMediaType": "application/json",
-             "contentSchema": inline_schema(chunk)},
-            {"type": "string", "const": "[DONE]", "description": "the end of the stream"},
-        ]}},
-        "description": "Each `data:` line holds one chunk; the stream ends with `data: [DONE]`. "
-                       "Comment lines (`: ping`, `: queued position=N`) keep idle streams "
-                       "alive; SSE clients skip them."},
-        "example": example}

@@ -1,5 +1,5 @@
-"""/ws without a subprotocol: the original article's plain-text mode (PROTOCOL.md section
-2), one message answered at a time."""
+"""/ws without a subprotocol: the original article's plain-text mode (docs/protocol.md
+section 2), one message answered at a time."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import logging
 
 from starlette.websockets import WebSocket
 
-from ..errors import BadRequest, TokenpipeError
-from ..session import Delta, Failed, GenerationSession
-from ..types import GenerationRequest, Message, SamplingParams
-from .runtime import Runtime
-from .ws_frames import FrameSink, clean, race
+from ...errors import BadRequest, TokenpipeError
+from ...session import Delta, Failed, GenerationSession
+from ...types import GenerationRequest, Message, SamplingParams
+from ..race import race
+from ..runtime import Runtime
+from .frame_sink import FrameSink, clean
 
 log = logging.getLogger("tokenpipe.ws")
 END_TEXT = "<|ENDTEXT|>"
@@ -98,8 +99,8 @@ class PlainConnection:
             if len(text.encode()) > self.runtime.settings.max_message_bytes:
                 raise BadRequest("message exceeds max_message_bytes")
             request = GenerationRequest(messages=(Message("user", text),), params=SamplingParams())
-            session = await self.runtime.require().start(request)
-            async for event in session.events():
+            session = await self.runtime.models.start(request)
+            async for event in session.cursor():
                 if isinstance(event, Delta):
                     await self._send(event.text)
                 elif isinstance(event, Failed):

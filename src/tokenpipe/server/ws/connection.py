@@ -1,122 +1,67 @@
-"""/ws: tokenpipe.v1 (JSON, multiplexed) when offered, else the article's plain-text mode
-(ws_plain.py).
+"""One tokenpipe.v1 connection (JSON, multiplexed): frames in, session events out.
 
-One connection = one reader task (frames in) and one writer task (frames out), raced: the
-first to end cancels the other. News from sessions is flushed once per event-loop turn and
-connection, in one transport write, straight from a loop callback while the socket takes
-data; when it is backed up, the writer task waits for it (up to the slow-client bound) and
-the session merges what piles up meanwhile, so a slow client gets merged deltas instead of
-a growing queue. Every frame in, pings included, takes a token from the frame budget
-(ws_budget.py); a client that floods is told once a second, then closed with 1008.
+One reader task (frames in) and one writer task (frames out), raced: the first to end
+cancels the other. News from sessions is flushed once per event-loop turn and connection,
+in one transport write, straight from a loop callback while the socket takes data (the
+FrameSink fast path); when it is backed up, the writer task waits for it (up to the
+slow-client bound) and the sessions merge what piles up meanwhile, so a slow client gets
+merged deltas instead of a growing queue. Every frame in, pings included, takes a token
+from the frame budget (budget.py); a client that floods is told once a second, then
+closed with 1008.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass
-from json.encoder import encode_basestring
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.websockets import WebSocket
 
-from ..errors import BadRequest, DuplicateId, TokenpipeError, TooManyStreams, UnknownId
-from ..protocol import ws as wire
-from ..session import Cursor, Delta, Event, Finished, GenerationSession, Queued, Started
-from .runtime import SERVER_NAME, Runtime
-from .security import check_handshake
-from .ws_budget import FrameBudget, Verdict
-from .ws_frames import RAW_SEND, FrameSink, race
-from .ws_plain import PlainConnection
-
-__all__ = ["RAW_SEND", "JsonConnection", "PlainConnection", "event_frame", "websocket_endpoint"]
+from ...errors import BadRequest, DuplicateId, TokenpipeError, TooManyStreams, UnknownId
+from ...protocol import ws as wire
+from ...session import Cursor, GenerationSession
+from ..race import race
+from ..resumable import Held
+from ..runtime import SERVER_NAME, Runtime
+from .budget import FrameBudget, Verdict
+from .frame_sink import FrameSink
 
 log = logging.getLogger("tokenpipe.ws")
 
 
-async def websocket_endpoint(websocket: WebSocket) -> None:
-    runtime: Runtime = websocket.app.state.runtime
-    offered = list(websocket.scope.get("subprotocols") or [])
-    if not await check_handshake(websocket, runtime, offered):
-        return
-    client = websocket.client.host if websocket.client else "unknown"
-    limit = runtime.settings.max_connections_per_client
-    if runtime.per_client.get(client, 0) >= limit:
-        await _refuse_busy(websocket, runtime, wire.PROTOCOL in offered, limit)
-        return
-    runtime.per_client[client] = runtime.per_client.get(client, 0) + 1
-    protocol = "tokenpipe.v1" if wire.PROTOCOL in offered else "plain"
-    runtime.metrics.connections.labels(protocol).inc()
-    try:
-        if wire.PROTOCOL in offered:
-            await JsonConnection(websocket, runtime).run()
-        elif not any(not p.startswith("tokenpipe.bearer.") for p in offered):
-            await PlainConnection(websocket, runtime).run()
-        else:
-            await websocket.close(code=1002,
-                                  reason=f"unsupported subprotocol; offer {wire.PROTOCOL}")
-    finally:
-        runtime.metrics.connections.labels(protocol).dec()
-        runtime.per_client[client] -= 1
-        if not runtime.per_client[client]:
-            del runtime.per_client[client]
+@dataclass(slots=True)
+class _Stream:
+    """One generation as this connection reads it: the door's own per-stream record."""
+
+    session: GenerationSession
+    cursor: Cursor
+    frame: wire.EventText  # its events as frame text
 
 
-async def _refuse_busy(websocket: WebSocket, runtime: Runtime, json_mode: bool,
-                       limit: int) -> None:
-    """Too many connections from one address: say so in a frame, then close 1013."""
-    await websocket.accept(subprotocol=wire.PROTOCOL if json_mode else None)
-    message = f"at most {limit} connections per client address; close one and retry"
-    runtime.metrics.errors.labels("rate_limited").inc()  # counted in JSON and plain mode
-    if json_mode:
-        await websocket.send_text(wire.dumps(wire.error("rate_limited", message,
-                                                        retry_after_ms=1000)))
-    await websocket.close(code=1013, reason="too many connections from this address")
+class Ending(enum.Enum):
+    """Why the connection ends, when it does not end by the client's close."""
+
+    NO = "no"
+    SLOW = "slow"  # the client stopped reading and was let go: aborted, no close frame
+    FLOOD = "flood"  # the client flooded frames past the budget: closed 1008
 
 
 @dataclass
-class _Stream:
-    session: GenerationSession
-    cursor: Cursor
-    id_json: str  # the stream id, JSON-encoded once
+class _Outgoing:
+    """The writer's state: frames out go by one loop callback or by the writer task."""
 
-    def frame(self, stream_id: str, event: Event) -> str:
-        """The event's frame as JSON text; a delta (nearly every frame) without a dict."""
-        if isinstance(event, Delta):
-            return (f'{{"type":"delta","id":{self.id_json},"seq":{event.seq},'
-                    f'"text":{encode_basestring(event.text)}}}')
-        return wire.dumps(event_frame(stream_id, event))
-
-
-def event_frame(stream_id: str, event: Event) -> dict[str, Any]:
-    if isinstance(event, Delta):
-        return {"type": "delta", "id": stream_id, "seq": event.seq, "text": event.text}
-    if isinstance(event, Queued):
-        return {"type": "queued", "id": stream_id, "position": event.position}
-    if isinstance(event, Started):
-        frame: dict[str, Any] = {"type": "start", "id": stream_id, "model": event.model,
-                                 "prompt_tokens": event.prompt_tokens}
-        if event.stream is not None:
-            frame["stream"] = event.stream
-        return frame
-    if isinstance(event, Finished):
-        t = event.timing
-        return {
-            "type": "end",
-            "id": stream_id,
-            "finish_reason": event.reason.value,
-            "usage": {"prompt_tokens": event.usage.prompt_tokens,
-                      "completion_tokens": event.usage.completion_tokens,
-                      "prompt_tokens_details": {"cached_tokens": event.usage.cached_tokens},
-                      "completion_tokens_details": {"reasoning_tokens": 0}},
-            "timing": {"queue_ms": t.queue_ms, "ttft_ms": t.ttft_ms, "total_ms": t.total_ms,
-                       "tokens_per_s": t.tokens_per_s},
-        }
-    e = event.error
-    return wire.error(e.code, e.message, stream_id, e.retry_after_ms)
+    flush_scheduled: bool = False  # a flush is due this loop turn
+    writer_busy: bool = False  # the writer holds frames it has taken but not yet sent
+    ending: Ending = Ending.NO
+    wake: asyncio.Event = field(default_factory=asyncio.Event)  # the writer has work
+    settled: asyncio.Event = field(default_factory=asyncio.Event)  # nothing left to send
+    evicted: asyncio.Event = field(default_factory=asyncio.Event)  # ending is FLOOD
 
 
 class JsonConnection:
@@ -129,24 +74,21 @@ class JsonConnection:
         self.dirty: dict[str, None] = {}  # ordered set of stream ids with news
         self.sink = FrameSink(websocket)
         self.loop = asyncio.get_running_loop()
-        self.kicked = False  # a flush is scheduled for this loop turn
-        self.wake = asyncio.Event()
-        self.sending = False  # the writer holds frames it has taken but not yet sent
-        self.settled = asyncio.Event()  # set when the writer has nothing left to send
-        self.dropped = False  # the client stopped reading and was let go
+        self.out = _Outgoing()
         self.budget = FrameBudget(self.settings.max_frames_per_second,
                                   self.settings.flood_close_s)
-        self.evicted = asyncio.Event()  # the client flooded frames past the budget
 
     async def run(self) -> None:
         await self.ws.accept(subprotocol=wire.PROTOCOL)
-        self.send(wire.hello(SERVER_NAME, self.runtime.models, self.runtime.limits()))
+        self.send(wire.hello(SERVER_NAME, self.runtime.models.names, self.runtime.limits()))
         self.runtime.connections.add(self)
+        log.debug("tokenpipe.v1 connection: frames %s", "written directly" if self.sink.direct
+                  else "through the ASGI send")
         proto = self.sink.proto
         if hasattr(proto, "frame_gate"):  # control frames (pings) count in the budget too
             proto.frame_gate = self._admit
             proto.stall_timeout_s = self.settings.slow_client_timeout_s + 2  # after ours
-            proto.on_backed_up = self.wake.set  # the writer times the stall
+            proto.on_backed_up = self.out.wake.set  # the writer times the stall
         try:
             await race(self._reader(), self._writer(), self._until_evicted())
         finally:
@@ -155,19 +97,19 @@ class JsonConnection:
             self.runtime.connections.discard(self)
             for stream_id, stream in list(self.streams.items()):
                 self._release(stream_id, stream, connection_lost=True)
-            if self.dropped:  # a close frame would wait behind data it does not read
+            if self.out.ending is Ending.SLOW:  # a close frame would wait behind unread data
                 self.sink.abort()
-            elif not self.evicted.is_set():
+            elif self.out.ending is Ending.NO:
                 await self._close(1000)
 
     async def close_when_flushed(self, code: int, deadline_s: float = 5.0) -> None:
         """Closes the socket once every stream on it has sent its final frame, or at the
         deadline; a client that does not take its close frame is cut off soon after."""
-        if self.streams or self.outbox or self.dirty or self.sending:
-            self.settled.clear()
-            self.wake.set()
+        if self.streams or self.outbox or self.dirty or self.out.writer_busy:
+            self.out.settled.clear()
+            self.out.wake.set()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.settled.wait(), deadline_s)
+                await asyncio.wait_for(self.out.settled.wait(), deadline_s)
         await self._close(code, "server shutting down", hard=True)
 
     def abort(self) -> None:
@@ -212,25 +154,25 @@ class JsonConnection:
 
     def _kick(self) -> None:
         if not self.sink.direct:
-            self.wake.set()
-        elif not self.kicked:
-            self.kicked = True
+            self.out.wake.set()
+        elif not self.out.flush_scheduled:
+            self.out.flush_scheduled = True
             self.loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         """Once per loop turn with news: everything pending, in one write, unless the
         socket is backed up (or the writer is busy): then the writer task takes over."""
-        self.kicked = False
-        if self.sending or not self.sink.ready():
-            self.wake.set()
+        self.out.flush_scheduled = False
+        if self.out.writer_busy or not self.sink.ready():
+            self.out.wake.set()
             return
         texts = self._collect(merge=False)
         if texts:
             self.sink.write_now(texts)
             if not self.sink.ready():  # now backed up: the writer watches for a stall
-                self.wake.set()
+                self.out.wake.set()
         if not self.streams:
-            self.settled.set()
+            self.out.settled.set()
 
     def _collect(self, merge: bool) -> list[str]:
         """Every pending frame as text, in order; streams that sent their final frame end.
@@ -243,7 +185,7 @@ class JsonConnection:
             stream = self.streams.get(stream_id)
             if stream is None:
                 continue
-            texts.extend(stream.frame(stream_id, e) for e in stream.cursor.poll(merge))
+            texts.extend(stream.frame(e) for e in stream.cursor.poll(merge))
             if stream.cursor.finished:
                 self._release(stream_id, stream, connection_lost=False)
         return texts
@@ -253,9 +195,9 @@ class JsonConnection:
         session = stream.session
         if session.resumable:
             if connection_lost or session.final is not None:
-                self.runtime.orphan(session)  # kept for the grace period, then forgotten
+                self.runtime.resumable.orphan(session)  # kept for the grace, then forgotten
         elif connection_lost:
-            session.attach(None)
+            stream.cursor.close()
             session.cancel()
 
     # ---- frames in ----------------------------------------------------------------------
@@ -270,11 +212,12 @@ class JsonConnection:
             self.send(wire.error("rate_limited", self.budget.notice(),
                                  retry_after_ms=self.budget.retry_after_ms()))
         elif verdict is Verdict.EVICT:
-            self.evicted.set()
+            self.out.ending = Ending.FLOOD
+            self.out.evicted.set()
         return False
 
     async def _until_evicted(self) -> None:
-        await self.evicted.wait()
+        await self.out.evicted.wait()
         log.warning("client over its frame budget for %.0f s; closing it (1008)",
                     self.settings.flood_close_s)
         await self._close(1008, "too many frames per second, for too long", hard=True,
@@ -300,18 +243,16 @@ class JsonConnection:
                 frame = wire.parse_client_frame(text)
                 await self._handle(frame)
             except TokenpipeError as exc:
-                self._refuse(text, exc.code, exc.message, getattr(exc, "stream_id", None),
-                             exc.retry_after_ms)
+                self._refuse(text, exc)
             except Exception:  # a bug must cost this frame, not the connection's streams
                 log.exception("handling a client frame failed")
-                self._refuse(text, "engine_error", "the server failed to handle this frame")
+                self._refuse(text, TokenpipeError("the server failed to handle this frame"))
 
-    def _refuse(self, text: str, code: str, message: str, sid: str | None = None,
-                retry_after_ms: int | None = None) -> None:
-        sid = sid or wire.frame_id(text)
-        if sid in self.streams and code not in ("duplicate_id", "unknown_id"):
+    def _refuse(self, text: str, exc: TokenpipeError) -> None:
+        sid = wire.frame_id(text)
+        if sid in self.streams and exc.code not in ("duplicate_id", "unknown_id"):
             sid = None  # an error naming a running generation would end it
-        self.send(wire.error(code, message, sid, retry_after_ms))
+        self.send(wire.error_of(exc, sid))
 
     async def _handle(self, frame: wire.ClientFrame) -> None:
         """One frame at a time, in order: a `cancel` right after its `generate` finds it
@@ -324,7 +265,7 @@ class JsonConnection:
                 raise UnknownId(f"no running generation with id {frame.id!r}")
             stream.session.cancel()
         elif isinstance(frame, wire.Ping):
-            self.send({"type": "pong", "data": frame.data})
+            self.send(wire.pong(frame.data))
         else:
             self._resume(frame)
 
@@ -335,41 +276,37 @@ class JsonConnection:
             raise TooManyStreams(
                 f"at most {self.settings.max_streams_per_connection} generations per connection"
             )
-        scheduler = self.runtime.require(frame.model)
-        limit = scheduler.engine.info.context_tokens - 1
-        max_tokens = frame.params.max_tokens
-        if max_tokens is not None and max_tokens > limit:
-            raise BadRequest(
-                f"field 'params.max_tokens': {max_tokens} exceeds limits.max_tokens "
-                f"({limit})", param="params.max_tokens")
-        session = await scheduler.start(frame.to_request(), resumable=frame.resumable)
-        session.client_id = frame.id
+        session = await self.runtime.models.start(frame.to_request(), resumable=frame.resumable)
+        held = None
         if session.resumable:
-            self.runtime.keep(session)
-        self._adopt(frame.id, session, session.cursor())
+            held = Held(session, frame.id)
+            self.runtime.resumable.keep(held)
+        self._adopt(frame.id, session, -1, held)
 
     def _resume(self, frame: wire.Resume) -> None:
-        session = self.runtime.resumable.get(frame.stream)
-        if session is None:
+        held = self.runtime.resumable.get(frame.stream)
+        if held is None:
             raise UnknownId("no resumable generation for that stream token (expired or unknown)")
-        stream_id = frame.id or session.client_id or "resumed"
+        session = held.session
+        stream_id = frame.id or held.stream_id
         if stream_id in self.streams and self.streams[stream_id].session is not session:
             raise DuplicateId(f"id {stream_id!r} is already running on this connection")
         try:  # checked before anything changes hands: a refused resume disturbs nothing
-            cursor = session.cursor(frame.after_seq)
+            session.check_after(frame.after_seq)
         except ValueError as exc:
             raise BadRequest(f"field 'after_seq': {exc}", param="after_seq") from None
-        self.runtime.adopt(frame.stream)
-        previous = session.owner
+        self.runtime.resumable.adopt(frame.stream)
+        previous = held.reader
         if isinstance(previous, JsonConnection):
             previous.moved(session, stream_id if previous is self else None)
-        self._adopt(stream_id, session, cursor)
+        self._adopt(stream_id, session, frame.after_seq, held)
 
-    def _adopt(self, stream_id: str, session: GenerationSession, cursor: Cursor) -> None:
-        self.streams[stream_id] = _Stream(session, cursor, encode_basestring(stream_id))
-        session.owner = self
-        session.client_id = stream_id
-        session.attach(lambda: self._mark(stream_id))
+    def _adopt(self, stream_id: str, session: GenerationSession, after_seq: int,
+               held: Held | None) -> None:
+        cursor = session.cursor(after_seq, on_news=lambda: self._mark(stream_id))
+        self.streams[stream_id] = _Stream(session, cursor, wire.EventText(stream_id))
+        if held is not None:
+            held.reader, held.stream_id, held.cursor = self, stream_id, cursor
         self._mark(stream_id)
 
     def moved(self, session: GenerationSession, new_id: str | None = None) -> None:
@@ -386,9 +323,9 @@ class JsonConnection:
     # ---- frames out ---------------------------------------------------------------------
     async def _writer(self) -> None:
         while True:
-            await self.wake.wait()
-            self.wake.clear()
-            self.sending = True
+            await self.out.wake.wait()
+            self.out.wake.clear()
+            self.out.writer_busy = True
             try:
                 while True:  # also when nothing is pending: a backed-up socket is watched
                     await self._drained()
@@ -398,11 +335,11 @@ class JsonConnection:
                                           self.settings.slow_client_timeout_s)
             except TimeoutError as exc:
                 log.warning("%s; dropping it", exc.args[0] if exc.args else "client too slow")
-                self.dropped = True  # run() cuts it off; its generations are cancelled
+                self.out.ending = Ending.SLOW  # run() cuts it off; its generations are cancelled
                 return
-            self.sending = False
+            self.out.writer_busy = False
             if not self.streams:
-                self.settled.set()
+                self.out.settled.set()
 
     async def _drained(self) -> None:
         """Waits until the client takes data again. TimeoutError after the slow-client

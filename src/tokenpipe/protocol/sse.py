@@ -1,0 +1,25 @@
+"""Server-sent events, encoded (sans-IO): one `data:` line per event, comment lines for
+pings and queue positions, the `[DONE]` that ends an OpenAI stream."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel
+
+DONE = b"data: [DONE]\n\n"
+
+
+def data(obj: BaseModel | dict[str, Any]) -> bytes:
+    """One SSE event; JSON never holds a raw newline, so one data line suffices."""
+    if isinstance(obj, BaseModel):
+        payload = obj.model_dump_json()
+    else:
+        payload = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return b"data: " + payload.encode() + b"\n\n"
+
+
+def comment(text: str) -> bytes:
+    """A comment line: SSE clients (the OpenAI SDKs too) skip it; proxies see traffic."""
+    return b": " + text.replace("\r", " ").replace("\n", " ").encode() + b"\n\n"
