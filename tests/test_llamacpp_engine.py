@@ -65,21 +65,22 @@ async def test_repeated_prompt_reuses_the_slot_cache(engine: LlamaCppEngine) -> 
 
 
 def test_decode_steps_times_every_batch_size_at_the_same_positions() -> None:
-    from tokenpipe.engines.llamacpp import decode_step_times
+    from tokenpipe.engines.llamacpp import LlamaCppEngine
 
-    times = decode_step_times(EngineOptions(threads=2, parallel=4), [1, 2, 4], rounds=2,
-                              steps=3, prompt_tokens=16)
+    times = LlamaCppEngine.time_decode_steps(EngineOptions(threads=2, parallel=4), [1, 2, 4],
+                                             rounds=2, steps=3, prompt_tokens=16)
     assert sorted(times) == [1, 2, 4]
     assert all(len(v) == 6 and min(v) > 0 for v in times.values())
 
 
 def test_decode_steps_refuses_what_the_context_cannot_hold() -> None:
-    from tokenpipe.engines.llamacpp import decode_step_times
+    from tokenpipe.engines.llamacpp import LlamaCppEngine
     from tokenpipe.errors import EngineError
 
     with pytest.raises(EngineError, match="raise context_size"):
-        decode_step_times(EngineOptions(threads=2, parallel=8, context_size=512), [1, 8],
-                          steps=100, prompt_tokens=200)
+        LlamaCppEngine.time_decode_steps(
+            EngineOptions(threads=2, parallel=8, context_size=512), [1, 8], steps=100,
+            prompt_tokens=200)
 
 
 def test_bench_decode_steps_prints_a_line_per_batch_size() -> None:

@@ -11,9 +11,10 @@ import asyncio
 import contextlib
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .client import Client, Generation, ServerError
+if TYPE_CHECKING:  # imported when a chat starts: building `tokenpipe`'s parser needs no client
+    from .client import Client, Generation
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -44,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _connect(url: str, api_key: str | None) -> Client:
+    from .client import Client
+
     client = Client(url, api_key=api_key)
     await client.connect()
     return client
@@ -86,6 +89,8 @@ def _loop(runner: asyncio.Runner, client: Client, system: str | None,
 
 async def _answer(client: Client, messages: list[dict[str, str]],
                   params: dict[str, Any]) -> str | None:
+    from .client import ServerError
+
     gen: Generation = await client.generate(messages=messages, params=params)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, lambda: asyncio.ensure_future(gen.cancel()))

@@ -16,7 +16,7 @@ ENGINES: dict[str, str] = {
     "llamacpp": "tokenpipe.engines.llamacpp:LlamaCppEngine",
     "transformers": "tokenpipe.engines.transformers:TransformersEngine",
     "fake": "tokenpipe.engines.fake:FakeEngine",
-    "openai": "tokenpipe.engines.openai:OpenAIEngine",
+    "openai": "tokenpipe.engines.openai.engine:OpenAIEngine",
 }
 INSTALL_HINTS: dict[str, str] = {
     "llamacpp": "pip install 'tokenpipe[llamacpp]'",

@@ -13,9 +13,9 @@ import sys
 
 import pytest
 
-from tokenpipe.bench import StartLine, _sse_stream
-
 from tests.conftest import ServerProcess
+from tokenpipe.bench.sse_load import sse_stream
+from tokenpipe.bench.streams import StartLine
 
 
 @pytest.mark.parametrize("api", ["sse", "ws"])
@@ -95,7 +95,7 @@ async def test_sse_load_client_counts_texts_usage_and_errors() -> None:
     args = argparse.Namespace(api_key="k", max_tokens=9, model="m")
     messages = [{"role": "user", "content": "hi"}]
     try:
-        result = await _sse_stream(url, args, messages, StartLine(1))
+        result = await sse_stream(url, args, messages, StartLine(1))
         assert (result.error, result.deltas, result.tokens) == (None, 4, 9)
         assert result.ttft > 0 and result.total >= result.ttft
         sent = posts[-1]
@@ -105,12 +105,27 @@ async def test_sse_load_client_counts_texts_usage_and_errors() -> None:
         assert request["model"] == "m" and request["stream"] is True
         assert request["max_tokens"] == 9 and request["messages"] == messages
         status["code"] = 429
-        result = await _sse_stream(url, args, messages, StartLine(1))
+        result = await sse_stream(url, args, messages, StartLine(1))
         assert result.error == "http 429"
     finally:
         server.close()
         await server.wait_closed()
     line = StartLine(2)
-    result = await _sse_stream(url, args, messages, line)  # nothing listens there now
+    result = await sse_stream(url, args, messages, line)  # nothing listens there now
     assert result.error is not None and result.error.startswith("ConnectError")
     assert line.waiting == 1  # it left the start line: the other stream does not wait
+
+
+def test_the_sse_bench_loads_neither_the_ws_client_nor_pydantic() -> None:
+    """The bench shares the cores with the servers it measures: its start-up is theirs too
+    (the WebSocket client imports the protocol's pydantic models, about 0.1 s of CPU)."""
+    code = ("import sys, atexit\n"
+            "atexit.register(lambda: print(sorted(m for m in ('pydantic', 'websockets', "
+            "'tokenpipe.client', 'tokenpipe.protocol.ws') if m in sys.modules)))\n"
+            "import tokenpipe.bench.sse_load, tokenpipe.bench.streams\n"
+            "from tokenpipe.cli import main\n"
+            "main(['bench', '--help'])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and "--api {ws,sse}" in done.stdout, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"

@@ -535,7 +535,8 @@ async def test_begin_sends_nothing_on_a_dead_idle_connection_and_the_stream_conn
     assert conn.transport is not None
     conn.transport.abort()  # as if the upstream had closed it; not yet noticed
     eng.begin(prepared)
-    assert not prepared.extra  # nothing sent: the only idle connection was unusable
+    assert not eng._begun  # nothing sent: the only idle connection was unusable
+    assert eng.replicas[0].in_flight == 0
     assert text_of([e async for e in eng.stream(prepared)]) == expected_text()
     assert eng.replicas[0].in_flight == 0
 
@@ -566,7 +567,7 @@ async def test_a_failure_before_the_first_token_moves_to_the_next_replica(
 ) -> None:
     eng = await engine(upstream.url, upstream_b.url, first_token_timeout_s=1.0)
     upstream.defaults = {m[1]: int(m[2] or 0) for m in _DIRECTIVE.finditer(fault)}
-    eng._turn = 0  # the first try goes to replica a
+    eng.replicas.turn = 0  # the first try goes to replica a
     events = await run(eng, chat("hi"))
     assert text_of(events) == expected_text()
     assert len(upstream.bodies) == len(upstream_b.bodies) == 1
@@ -618,7 +619,7 @@ async def test_a_replica_down_at_start_joins_once_it_serves_the_model(
         assert not eng.replicas[1].healthy  # up, but not serving our model
         later.model = "fault-model"
         await eventually(lambda: eng.replicas[1].healthy, "replica b joined")
-        eng._turn = 1
+        eng.replicas.turn = 1
         assert text_of(await run(eng, chat("hi"))) == expected_text()
         assert later.bodies and not upstream.bodies
     finally:

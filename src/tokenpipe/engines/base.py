@@ -11,7 +11,7 @@ import abc
 import asyncio
 import importlib.util
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,7 +27,6 @@ class PreparedRequest:
     prompt_text: str
     prompt_ids: Sequence[int]
     max_tokens: int
-    extra: dict[str, object] = field(default_factory=dict)
 
     @property
     def prompt_tokens(self) -> int:
@@ -87,7 +86,9 @@ class Engine(abc.ABC):
         """The scheduler admitted the request at once: called in the loop turn it arrived
         in, before stream() runs, for work that needs no await (the openai engine sends the
         request upstream here, ahead of every other request's set-up). Must not raise.
-        stream(prepared) or forget(prepared) follows."""
+        stream(prepared) or forget(prepared) follows, and takes what begin() started from
+        where the engine keeps it, by the prepared request's identity (the request is a
+        frozen value: nothing live rides on it)."""
 
     def forget(self, prepared: PreparedRequest) -> None:  # noqa: B027 - optional
         """stream(prepared) will never run (cancelled before it started): undo begin()."""

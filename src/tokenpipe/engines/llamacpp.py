@@ -511,6 +511,60 @@ class LlamaCppEngine(Engine):
         seq.last = token
         return items
 
+    # ---- llama.cpp alone, for `tokenpipe bench --decode-steps` ----------------------------
+    @classmethod
+    def time_decode_steps(cls, options: EngineOptions, sizes: Sequence[int], *,
+                          rounds: int = 5, steps: int = 16, prompt_tokens: int = 64
+                          ) -> dict[int, list[float]]:
+        """No server and no sampling: seconds per llama_decode of one token for each of k
+        sequences, for every k in sizes (A B A B over rounds, `steps` each). What k streams
+        can gain over one on this machine and model is bounded by k x t(1) / t(k).
+
+        Loads an engine of its own (as `tokenpipe serve` would with these options) and
+        frees it at the end; run it while nothing else uses the cores."""
+        engine = cls(replace(options, parallel=max(sizes)))
+        engine._load()
+        try:
+            ctx, batch, vocab = engine._ctx, engine._batch, engine._n_vocab
+            need = prompt_tokens + steps + 1
+            if need > engine.info.context_tokens:
+                raise EngineError(f"{need} tokens a sequence do not fit the context "
+                                  f"({engine.info.context_tokens}): raise context_size")
+
+            def decode(items: Sequence[tuple[int, int, int, bool]]) -> None:
+                for i, (token, pos, seq, logits) in enumerate(items):
+                    batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, pos, 1
+                    batch.seq_id[i][0], batch.logits[i] = seq, logits
+                batch.n_tokens = len(items)
+                rc = lc.llama_decode(ctx, batch)
+                if rc != 0:
+                    raise EngineError(f"llama_decode failed with code {rc}")
+
+            # Each sequence holds a prompt of the same length; after every run of steps they
+            # are cut back to it, so every k decodes at the same positions.
+            pos = [0] * engine.parallel
+            for seq in range(engine.parallel):
+                decode([((7 + 13 * i + seq) % vocab, i, seq, i == prompt_tokens - 1)
+                        for i in range(prompt_tokens)])
+                pos[seq] = prompt_tokens
+            times: dict[int, list[float]] = {k: [] for k in sizes}
+            for _ in range(rounds):
+                for k in sizes:
+                    for _ in range(steps):
+                        items = [((11 * pos[s]) % vocab, pos[s], s, True) for s in range(k)]
+                        start = time.perf_counter()
+                        decode(items)
+                        lc.llama_get_logits_ith(ctx, k - 1)  # the step's results are there
+                        times[k].append(time.perf_counter() - start)
+                        for s in range(k):
+                            pos[s] += 1
+                    for s in range(k):  # back to the prompt: every k sees the same positions
+                        lc.llama_memory_seq_rm(engine._mem, s, prompt_tokens, -1)
+                        pos[s] = prompt_tokens
+            return times
+        finally:
+            engine._free_context()
+
 
 def _drain(inbox: queue.SimpleQueue[_Seq]) -> list[_Seq]:
     out: list[_Seq] = []
@@ -564,54 +618,3 @@ def _make_sampler(params: SamplingParams, n_vocab: int, prompt: Sequence[int],
     lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_dist(seed & 0xFFFFFFFF))
     return chain
 
-
-def decode_step_times(options: EngineOptions, sizes: Sequence[int], *, rounds: int = 5,
-                      steps: int = 16, prompt_tokens: int = 64) -> dict[int, list[float]]:
-    """llama.cpp alone, no server and no sampling: seconds per llama_decode of one token for
-    each of k sequences, for every k in sizes (A B A B over rounds, `steps` each). What k
-    streams can gain over one on this machine and model is bounded by k x t(1) / t(k).
-
-    Loads its own context (as `tokenpipe serve` would with these options); run it while
-    nothing else uses the cores."""
-    engine = LlamaCppEngine(replace(options, parallel=max(sizes)))
-    engine._load()
-    try:
-        ctx, batch, vocab = engine._ctx, engine._batch, engine._n_vocab
-        need = prompt_tokens + steps + 1
-        if need > engine.info.context_tokens:
-            raise EngineError(f"{need} tokens a sequence do not fit the context "
-                              f"({engine.info.context_tokens}): raise context_size")
-
-        def decode(items: Sequence[tuple[int, int, int, bool]]) -> None:
-            for i, (token, pos, seq, logits) in enumerate(items):
-                batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, pos, 1
-                batch.seq_id[i][0], batch.logits[i] = seq, logits
-            batch.n_tokens = len(items)
-            rc = lc.llama_decode(ctx, batch)
-            if rc != 0:
-                raise EngineError(f"llama_decode failed with code {rc}")
-
-        # Each sequence holds a prompt of the same length; after every run of steps they
-        # are cut back to it, so every k decodes at the same positions.
-        pos = [0] * engine.parallel
-        for seq in range(engine.parallel):
-            decode([((7 + 13 * i + seq) % vocab, i, seq, i == prompt_tokens - 1)
-                    for i in range(prompt_tokens)])
-            pos[seq] = prompt_tokens
-        times: dict[int, list[float]] = {k: [] for k in sizes}
-        for _ in range(rounds):
-            for k in sizes:
-                for _ in range(steps):
-                    items = [((11 * pos[s]) % vocab, pos[s], s, True) for s in range(k)]
-                    start = time.perf_counter()
-                    decode(items)
-                    lc.llama_get_logits_ith(ctx, k - 1)  # the step's results are there
-                    times[k].append(time.perf_counter() - start)
-                    for s in range(k):
-                        pos[s] += 1
-                for s in range(k):  # back to the prompt: every k sees the same positions
-                    lc.llama_memory_seq_rm(engine._mem, s, prompt_tokens, -1)
-                    pos[s] = prompt_tokens
-        return times
-    finally:
-        engine._free_context()

@@ -1,19 +1,18 @@
-"""The openai engine's reading of an upstream's answers, without I/O: one replica's state,
-the meaning of each streamed chunk, and the errors that upstreams' refusals become."""
+"""What an upstream's answers mean, without I/O: each streamed chunk, the end of an answer,
+and the errors that upstreams' refusals become (OpenAI's, vLLM's, llama-server's, TGI's)."""
 
 from __future__ import annotations
 
 import contextlib
 import email.utils
 import json
-import logging
 import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..errors import (
+from ...errors import (
     BadRequest,
     ContextOverflow,
     EngineError,
@@ -21,34 +20,15 @@ from ..errors import (
     TokenpipeError,
     UnknownModel,
 )
-from ..types import EngineEvent, EngineFinish, EngineText, FinishReason, Usage
+from ...types import EngineEvent, EngineFinish, EngineText, FinishReason, Usage
 
-log = logging.getLogger("tokenpipe.openai")
+if TYPE_CHECKING:  # only a type here: replicas.py imports this module
+    from .replicas import Replica
 
 _CONTEXT_ERROR = re.compile(r"context[ _](length|size|window)|exceed_context|maximum context|"
                             r"too many tokens|prompt is too long", re.IGNORECASE)
 _FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH,
            "cancelled": FinishReason.CANCELLED}
-
-
-@dataclass(eq=False)
-class Replica:
-    """One upstream server; `healthy` is what the last health check or request learned."""
-
-    base: str
-    healthy: bool = False
-    why: str = "not checked yet"
-    in_flight: int = 0
-    health_path: str = "/health"  # falls back to /v1/models where /health is 404 (Ollama)
-    verified: bool = False  # its GET /v1/models listed our model; until then, not used
-
-    def mark(self, healthy: bool, why: str = "") -> None:
-        if healthy != self.healthy:
-            if healthy:
-                log.info("upstream %s is healthy again", self.base)
-            else:
-                log.warning("upstream %s is unhealthy: %s", self.base, why)
-        self.healthy, self.why = healthy, why
 
 
 class Retry(Exception):

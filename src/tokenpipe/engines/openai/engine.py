@@ -12,9 +12,10 @@ generation with engine_error, never a hang (the idle timeout) and never a silent
 
 Closing the stream closes the upstream HTTP response, which is how the upstream learns to
 stop (vLLM, llama-server and tokenpipe all abort a generation whose client went away).
-Streamed requests go through _http1 (the hop's hot path); listing models and health
-checks through httpx. An https:// upstream is verified against the system's CAs, or the
-bundle SSL_CERT_FILE names.
+Every request goes through tokenpipe.http, the lean HTTP/1.1 client (the hop's hot path):
+streams on a pool per replica with spare connections, health checks and model lists on
+a small pool of their own (replicas.py). An https:// upstream is verified against the
+system's CAs, or the bundle SSL_CERT_FILE names.
 
 No tokenizer lives here: the upstream applies the chat template and counts tokens, so the
 prompt's size is known only from the upstream's usage chunk at the end (`start` says
@@ -28,35 +29,17 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import logging
-import re
 import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
-import httpx
+from ... import http
+from ...errors import ContextOverflow, EngineError, EngineUnavailable, TokenpipeError
+from ...types import EngineEvent, EngineStart, GenerationRequest
+from ..base import Engine, EngineInfo, EngineOptions, PreparedRequest
+from .answers import Progress, Retry, describe, finish_events, handle_event, refusal
+from .replicas import CONNECT_TIMEOUT_S, Replica, Replicas
 
-from ..errors import ContextOverflow, EngineError, EngineUnavailable, Overloaded, TokenpipeError
-from ..types import EngineEvent, EngineStart, GenerationRequest
-from . import _http1 as http1
-from ._openai_wire import (
-    Progress,
-    Replica,
-    Retry,
-    describe,
-    error_fields,
-    finish_events,
-    handle_event,
-    parse_json,
-    refusal,
-)
-from ._sse import SSEDecoder
-from .base import Engine, EngineInfo, EngineOptions, PreparedRequest
-
-log = logging.getLogger("tokenpipe.openai")
-
-CONNECT_TIMEOUT_S = 5.0
-HEALTH_TIMEOUT_S = 3.0
 DRAIN_TIMEOUT_S = 1.0
 
 
@@ -77,7 +60,7 @@ class OpenAIEngine(Engine):
     ) -> None:
         if not upstreams:
             raise EngineError("the openai engine needs --upstream URL[,URL...]")
-        self.replicas = [Replica(_base_url(u)) for u in upstreams]
+        self.replicas = Replicas(upstreams)
         self.api_key = api_key
         self.model = model
         self.info = EngineInfo("openai", model_id or model or "upstream", context_tokens,
@@ -85,11 +68,13 @@ class OpenAIEngine(Engine):
         self._alias = model_id
         self.first_token_timeout_s = first_token_timeout_s
         self.idle_timeout_s = idle_timeout_s
-        self._client: httpx.AsyncClient | None = None
-        self._origins: dict[str, http1.Origin] = {}
+        self._open = False
+        self._origins: dict[str, http.Origin] = {}  # the streams' pools, by replica base
         self._post_headers: dict[str, str] = {}
         self._watcher: asyncio.Task[None] | None = None
-        self._turn = 0
+        # What begin() sent, by the prepared request's identity (each entry holds its
+        # request, so that id cannot be reused meanwhile): stream() or forget() takes it.
+        self._begun: dict[int, _Sent] = {}
 
     @classmethod
     def from_options(cls, options: EngineOptions) -> OpenAIEngine:
@@ -103,30 +88,26 @@ class OpenAIEngine(Engine):
     # ---- lifecycle ----------------------------------------------------------------------
     async def load(self) -> None:
         headers = {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        # One TLS context for both clients: the system's CAs, and SSL_CERT_FILE /
+        # One TLS context for every pool: the system's CAs, and SSL_CERT_FILE /
         # SSL_CERT_DIR where set (how a private CA is trusted).
         tls = (ssl.create_default_context()
                if any(r.base.startswith("https:") for r in self.replicas) else None)
-        # Streamed completions: the small HTTP/1.1 client (see _http1: the hot path).
-        self._origins = {r.base: http1.Origin(r.base, tls, max_idle=self.info.max_batch)
+        self._origins = {r.base: http.Origin(r.base, tls, max_idle=self.info.max_batch)
                          for r in self.replicas}
         self._post_headers = {"content-type": "application/json",
                               "accept": "text/event-stream", **headers}
-        # Model listing and health checks: httpx.
-        self._client = httpx.AsyncClient(
-            headers=headers, trust_env=False, verify=tls or True,
-            timeout=httpx.Timeout(None, connect=min(CONNECT_TIMEOUT_S,
-                                                    self.first_token_timeout_s)),
-            limits=httpx.Limits(max_connections=None,
-                                max_keepalive_connections=self.info.max_batch),
-        )
-        listings = await asyncio.gather(*(self._list_models(r) for r in self.replicas))
+        self.replicas.open(tls, headers)
+        self._open = True
+        listings = await asyncio.gather(*(self.replicas.list_models(r) for r in self.replicas))
         try:
-            self._choose_model(listings)
+            self.model, context = self.replicas.choose_model(listings, self.model)
         except BaseException:
             await self.aclose()
             raise
-        self._watcher = asyncio.create_task(self._watch(), name="upstream-health")
+        self.info = dataclasses.replace(self.info, model_id=self._alias or self.model,
+                                        context_tokens=context or self.info.context_tokens)
+        self._watcher = asyncio.create_task(
+            self.replicas.watch(self.health_interval_s, self.model), name="upstream-health")
 
     async def aclose(self) -> None:
         if self._watcher is not None:
@@ -134,91 +115,16 @@ class OpenAIEngine(Engine):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
             self._watcher = None
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        self._open = False
+        for sent in self._begun.values():
+            sent.drop()
+        self._begun.clear()
         for origin in self._origins.values():
             origin.close()
-        for replica in self.replicas:
-            replica.mark(False, "closed")
+        self.replicas.close()
 
     def healthy(self) -> bool:
-        return self._client is not None and any(r.healthy for r in self.replicas)
-
-    async def _list_models(self, replica: Replica) -> list[dict[str, Any]] | None:
-        assert self._client is not None
-        try:
-            response = await self._client.get(replica.base + "/v1/models",
-                                               timeout=CONNECT_TIMEOUT_S * 2)
-        except httpx.HTTPError as exc:
-            replica.mark(False, f"upstream {replica.base} unreachable: {describe(exc)}")
-            return None
-        if response.status_code != 200:
-            message = error_fields(response.content)[0]
-            replica.mark(False, f"upstream {replica.base} answered {response.status_code} "
-                                f"to GET /v1/models: {message}")
-            return None
-        data = parse_json(response.content)
-        cards = data.get("data") if isinstance(data, dict) else None
-        return [c for c in cards if isinstance(c, dict)] if isinstance(cards, list) else []
-
-    def _choose_model(self, listings: list[list[dict[str, Any]] | None]) -> None:
-        answered = [(r, cards) for r, cards in zip(self.replicas, listings, strict=True)
-                    if cards is not None]
-        if not answered:
-            raise EngineError("; ".join(r.why for r in self.replicas))
-        if self.model is None:
-            ids = sorted({str(c.get("id")) for _, cards in answered for c in cards})
-            if len(ids) != 1:
-                raise EngineError(f"upstream {answered[0][0].base} serves "
-                                  f"{', '.join(ids) or 'no model'}: choose one with --model")
-            self.model = ids[0]
-        card: dict[str, Any] | None = None
-        for replica, cards in answered:
-            mine = [c for c in cards if c.get("id") == self.model]
-            card = card or (mine[0] if mine else None)
-            self._verify(replica, cards)
-        if card is None:
-            raise EngineError("; ".join(r.why for r in self.replicas))
-        context = self.info.context_tokens
-        for key in ("max_model_len", "context_length", "context_window"):  # vLLM, others
-            if isinstance(card.get(key), int) and card[key] > 0:
-                context = card[key]
-                break
-        self.info = dataclasses.replace(self.info, model_id=self._alias or self.model,
-                                        context_tokens=context)
-
-    async def _watch(self) -> None:
-        while True:
-            await asyncio.sleep(self.health_interval_s)
-            await asyncio.gather(*(self._check(r) for r in self.replicas))
-
-    def _verify(self, replica: Replica, cards: list[dict[str, Any]]) -> None:
-        replica.verified = any(c.get("id") == self.model for c in cards)
-        served = ", ".join(str(c.get("id")) for c in cards) or "no model"
-        replica.mark(replica.verified, "" if replica.verified else
-                     f"upstream {replica.base} serves {served}, not {self.model}")
-
-    async def _check(self, replica: Replica) -> None:
-        assert self._client is not None
-        if not replica.verified:  # down at start, or serving another model: list again
-            cards = await self._list_models(replica)
-            if cards is not None:
-                self._verify(replica, cards)
-            return
-        try:
-            response = await self._client.get(replica.base + replica.health_path,
-                                               timeout=HEALTH_TIMEOUT_S)
-            if response.status_code == 404 and replica.health_path == "/health":
-                replica.health_path = "/v1/models"
-                response = await self._client.get(replica.base + replica.health_path,
-                                                   timeout=HEALTH_TIMEOUT_S)
-        except httpx.HTTPError as exc:
-            replica.mark(False, f"upstream {replica.base} unreachable: {describe(exc)}")
-            return
-        ok = response.status_code == 200
-        replica.mark(ok, "" if ok else f"upstream {replica.base} answered "
-                                       f"{response.status_code} to GET {replica.health_path}")
+        return self._open and any(r.healthy for r in self.replicas)
 
     # ---- requests -----------------------------------------------------------------------
     def render(self, request: GenerationRequest) -> str:
@@ -247,27 +153,26 @@ class OpenAIEngine(Engine):
         loop turn it arrived in. Through stream() it would leave a loop turn later, after
         the set-up of every other request that arrived with it (8 at once: 0.7 to 1 ms
         later on average in front of an instant upstream, docs/deployment.md)."""
-        turn = self._turn
-        replica = self._pick([])
+        turn = self.replicas.turn
+        replica = self.replicas.pick([])
         origin = self._origins.get(replica.base) if replica is not None else None
         if replica is None or origin is None:
             return  # stream() finds none either and says so
         path, body = self._body(prepared)
         conn = origin.send_now(origin.encode("POST", path, body, self._post_headers))
         if conn is None:  # no idle connection: stream() connects (or waits for a spare)
-            self._turn = turn  # and picks the replica itself, in the same turn
+            self.replicas.turn = turn  # and picks the replica itself, in the same turn
             return
         replica.in_flight += 1
-        prepared.extra[_SENT] = _Sent(replica, conn, path, body)
+        self._begun[id(prepared)] = _Sent(prepared, replica, conn, path, body)
 
     def forget(self, prepared: PreparedRequest) -> None:
-        sent = prepared.extra.pop(_SENT, None)
-        if isinstance(sent, _Sent):
+        sent = self._begun.pop(id(prepared), None)
+        if sent is not None:
             sent.drop()
 
     async def stream(self, prepared: PreparedRequest) -> AsyncIterator[EngineEvent]:
-        sent = prepared.extra.pop(_SENT, None)
-        assert sent is None or isinstance(sent, _Sent)
+        sent = self._begun.pop(id(prepared), None)
         try:
             yield EngineStart(None)
         except BaseException:
@@ -278,10 +183,10 @@ class OpenAIEngine(Engine):
         tried: list[Replica] = []
         errors: list[TokenpipeError] = []
         while True:
-            conn: http1.Connection | None = None
+            conn: http.Connection | None = None
             if sent is not None:  # begin() chose the replica and counted it in flight
                 replica, conn, sent = sent.replica, sent.conn, None
-            elif (picked := self._pick(tried)) is not None:
+            elif (picked := self.replicas.pick(tried)) is not None:
                 replica = picked
                 replica.in_flight += 1
             else:
@@ -297,28 +202,7 @@ class OpenAIEngine(Engine):
                 errors.append(retry.error)
             finally:
                 replica.in_flight -= 1
-        raise self._give_up(errors)
-
-    def _pick(self, tried: list[Replica]) -> Replica | None:
-        """The healthy replica with the fewest requests in flight; ties take turns."""
-        n = len(self.replicas)
-        candidates = [(r.in_flight, (i - self._turn) % n, r) for i, r in enumerate(self.replicas)
-                      if r.healthy and r not in tried]
-        if not candidates:
-            return None
-        self._turn += 1
-        return min(candidates, key=lambda c: c[:2])[2]
-
-    def _give_up(self, errors: list[TokenpipeError]) -> TokenpipeError:
-        if not errors:
-            why = "; ".join(r.why for r in self.replicas)
-            return EngineUnavailable(f"no healthy upstream: {why}")
-        if all(isinstance(e, Overloaded) for e in errors):
-            return min(errors, key=lambda e: e.retry_after_ms or 0)
-        failed = [e for e in errors if not isinstance(e, Overloaded)]
-        if len(failed) == 1:
-            return failed[0]
-        return EngineError("every upstream failed: " + "; ".join(e.message for e in failed))
+        raise self.replicas.give_up(errors)
 
     def _body(self, prepared: PreparedRequest) -> tuple[str, bytes]:
         request, p = prepared.request, prepared.request.params
@@ -343,18 +227,18 @@ class OpenAIEngine(Engine):
         return path, json.dumps(body, ensure_ascii=False).encode()
 
     async def _attempt(self, replica: Replica, path: str, body: bytes,
-                       sent: http1.Connection | None = None
+                       sent: http.Connection | None = None
                        ) -> AsyncGenerator[EngineEvent, None]:
         """One upstream request (`sent`: already written there by begin()). Raises Retry
         for a failure before the first token."""
         origin = self._origins.get(replica.base)
-        if self._client is None or origin is None:
+        if not self._open or origin is None:
             if sent is not None:
                 sent.close()
             raise EngineUnavailable("the openai engine is closed")
-        decoder = SSEDecoder()
+        decoder = http.SSEDecoder()
         progress = Progress()
-        conn: http1.Connection | None = None
+        conn: http.Connection | None = None
         try:
             # Up to the first token: nothing is passed on yet, so any failure may move on.
             try:
@@ -376,9 +260,9 @@ class OpenAIEngine(Engine):
                 raise Retry(EngineError(
                     f"upstream {replica.base} sent no token within the first-token timeout "
                     f"of {self.first_token_timeout_s:g} s")) from None
-            except http1.HTTPError as exc:
+            except http.HTTPError as exc:
                 replica.mark(False, f"upstream {replica.base} failed: {describe(exc)}")
-                verb = "unreachable" if isinstance(exc, http1.ConnectError) else "failed"
+                verb = "unreachable" if isinstance(exc, http.ConnectError) else "failed"
                 raise Retry(EngineError(f"upstream {replica.base} {verb}: "
                                          f"{describe(exc)}")) from None
             # From here on the text is this replica's: a failure ends the generation.
@@ -395,7 +279,7 @@ class OpenAIEngine(Engine):
                 except TimeoutError:
                     raise EngineError(f"upstream {replica.base} sent nothing for "
                                       f"{self.idle_timeout_s:g} s mid-answer") from None
-                except http1.HTTPError as exc:
+                except http.HTTPError as exc:
                     replica.mark(False, f"upstream {replica.base} failed: {describe(exc)}")
                     raise EngineError(f"upstream {replica.base} failed mid-answer after "
                                       f"{progress.texts} tokens: {describe(exc)}") from None
@@ -415,20 +299,20 @@ class OpenAIEngine(Engine):
             if conn is not None:
                 if progress.complete:
                     # Read the body's end so the connection goes back to the pool.
-                    with contextlib.suppress(http1.HTTPError, TimeoutError):
+                    with contextlib.suppress(http.HTTPError, TimeoutError):
                         async with asyncio.timeout(DRAIN_TIMEOUT_S):
                             while await conn.receive() is not None:
                                 pass
                 conn.release()  # an unread answer closes the connection: upstream stops
 
 
-_SENT = "openai.sent"  # PreparedRequest.extra: the request begin() sent
-
-
 @dataclasses.dataclass(slots=True)
 class _Sent:
+    """A request begin() wrote upstream, for its stream() to read the answer of."""
+
+    prepared: PreparedRequest
     replica: Replica
-    conn: http1.Connection
+    conn: http.Connection
     path: str
     body: bytes
 
@@ -437,11 +321,3 @@ class _Sent:
         self.replica.in_flight -= 1
         self.conn.release()  # unanswered: closed, and a spare opened in its place
 
-
-def _base_url(url: str) -> str:
-    base = url.strip().rstrip("/")
-    if base.endswith("/v1"):  # people paste the OpenAI base URL; the paths add /v1 back
-        base = base[:-3]
-    if not re.match(r"https?://[^/]", base):
-        raise EngineError(f"--upstream {url!r} is not an http:// or https:// URL")
-    return base

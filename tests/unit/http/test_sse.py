@@ -1,5 +1,5 @@
-"""The openai engine's SSE decoder, alone (STYLE.md item 7): whatever way the network splits
-a stream, the same events come out."""
+"""The SSE decoder (tokenpipe.http.sse), alone (STYLE.md item 7): whatever way the network
+splits a stream, the same events come out."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenpipe.engines._sse import ServerSentEvent, SSEDecoder
+from tokenpipe.http.sse import ServerSentEvent, SSEDecoder
 
 # Values hold no CR or LF (those end lines); they may hold anything else, including
 # multi-byte characters, U+2028 (a line separator to str.splitlines, data to SSE), colons

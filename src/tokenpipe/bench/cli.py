@@ -1,0 +1,93 @@
+"""tokenpipe bench: N concurrent streams against a server; prints latency and throughput.
+
+    tokenpipe bench --url ws://127.0.0.1:8000/ws -n 8 --max-tokens 128
+    tokenpipe bench --api sse --url http://127.0.0.1:8000 -n 1
+    tokenpipe bench --reference llama-cpp-python   # plus the same prompt in-process, A B A B
+    tokenpipe bench --compare http://127.0.0.1:8080 # another OpenAI-style server, A B A B
+    tokenpipe bench --decode-steps -n 8             # llama.cpp alone: what batching can gain
+
+Tokens are counted from the server's usage; time to first token is measured by the client
+from sending the request to receiving the first non-empty text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Awaitable, Callable
+
+DEFAULT_PROMPT = "Write a short story about a robot who learns to paint."
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("bench", help="measure time to first token and tokens/s",
+                       description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--url", default="ws://127.0.0.1:8000/ws",
+                   help="ws://HOST:PORT/ws for --api ws, http://HOST:PORT for --api sse")
+    p.add_argument("--api", choices=["ws", "sse"], default="ws")
+    p.add_argument("-n", "--concurrency", type=int, default=1)
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--prompt", default=DEFAULT_PROMPT)
+    p.add_argument("--rounds", type=int, default=3, help="rounds (A B A B with --compare)")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--api-key")
+    p.add_argument("--model", help="model name to send (needed by some --compare servers)")
+    p.add_argument("--compare", help="another OpenAI-style server's base URL, run side by side")
+    p.add_argument("--reference", choices=["llama-cpp-python"],
+                   help="also run the same prompt in this process with llama-cpp-python's\n"
+                        "create_chat_completion(stream=True), one stream, side by side")
+    p.add_argument("--model-path", help="GGUF for --reference (default: the bundled model)")
+    p.add_argument("--threads", type=int)
+    p.add_argument("--json", action="store_true", help="print one JSON object per run")
+    p.add_argument("--procs", type=int, default=1,
+                   help="spread the clients over this many processes (for gateway loads)")
+    p.add_argument("--decode-steps", action="store_true",
+                   help="no server: time llama.cpp's batched decode alone in this process\n"
+                        "for 1, 2, 4 ... -n sequences (--model-path, --threads); the\n"
+                        "most -n streams can gain over one on this machine and model")
+    p.add_argument("--idle", type=int, metavar="N",
+                   help="open N idle connections and report the server's memory per 1,000")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    # Each mode imports what it drives: `tokenpipe serve` builds this parser too.
+    if args.decode_steps:
+        from .decode_steps import decode_steps
+
+        return decode_steps(args)
+    if args.idle:
+        from .ws_load import idle_connections
+
+        return asyncio.run(idle_connections(args))
+    return asyncio.run(_rounds(args))
+
+
+async def _rounds(args: argparse.Namespace) -> int:
+    """Warm-up, then every target once a round (A B A B), then the medians."""
+    from .results import RunResult, print_medians, print_run
+    from .streams import server_run
+
+    messages = [{"role": "user", "content": args.prompt}]
+    label = f"tokenpipe-{args.api}"
+    targets: list[tuple[str, Callable[[], Awaitable[RunResult]]]] = [
+        (label, lambda: server_run(label, args.api, args.url, args, messages))]
+    if args.reference:  # in this process, while the server idles: A B A B
+        from .reference import reference_run
+
+        targets.append(("llama-cpp-python", lambda: asyncio.to_thread(
+            reference_run, args, messages)))
+    if args.compare:
+        targets.append(("compare", lambda: server_run(
+            "compare", "sse", args.compare, args, messages)))
+    for _label, fn in targets:
+        for _ in range(args.warmup):
+            await fn()
+    results: dict[str, list[RunResult]] = {}
+    for _ in range(args.rounds):
+        for name, fn in targets:
+            result = await fn()
+            results.setdefault(name, []).append(result)
+            print_run(result, args.json)
+    print_medians(results)
+    return 0
