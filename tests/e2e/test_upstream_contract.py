@@ -2,10 +2,10 @@
 a real server as its upstream: tokenpipe on the fake engine, tokenpipe on the real model,
 and llama.cpp's llama-server on the real model.
 
-Two clauses read differently for an engine without a tokenizer, and only those two are
-adapted here: the prompt's token count arrives with the finish (EngineStart says None), and
-a prompt too long for the context is refused by the upstream when the stream starts, not
-by prepare().
+Two clauses read differently for an engine without a tokenizer: the prompt's token count
+arrives with the finish (EngineStart says None; the contract's run() knows the engine by
+name), and a prompt too long for the context is refused by the upstream when the stream
+starts, not by prepare() (the test below).
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-import tests.test_engine_contract as contract
 from tests.conftest import ServerProcess, running
 from tests.e2e.llama_server import LlamaServer
 from tests.test_engine_contract import (
     chat,
+    run,
     test_cancelling_the_consumer_task_stops_the_stream,
     test_closing_the_stream_early_leaves_the_engine_usable,
     test_concurrent_streams_all_finish,
@@ -32,7 +32,7 @@ from tests.test_engine_contract import (
 from tokenpipe.engines.base import Engine
 from tokenpipe.engines.openai import OpenAIEngine
 from tokenpipe.errors import ContextOverflow
-from tokenpipe.types import EngineFinish, EngineStart, EngineText, GenerationRequest
+from tokenpipe.types import GenerationRequest
 
 pytestmark = pytest.mark.e2e
 
@@ -82,29 +82,9 @@ async def engine(upstream_server: ServerProcess | LlamaServer) -> AsyncIterator[
     await eng.aclose()
 
 
-async def run_counted_upstream(engine: Engine, request: GenerationRequest
-                               ) -> tuple[str, EngineFinish, int]:
-    """The contract's run(), for an engine whose prompt is counted by its upstream."""
-    prepared = engine.prepare(request, 64)
-    events = [e async for e in engine.stream(prepared)]
-    assert events[0] == EngineStart(None)
-    assert isinstance(events[-1], EngineFinish)
-    assert all(isinstance(e, EngineText) for e in events[1:-1])
-    text = "".join(e.text for e in events[1:-1] if isinstance(e, EngineText))
-    assert "\ufffd" not in text
-    prompt_tokens = events[-1].usage.prompt_tokens
-    assert prompt_tokens > 0
-    return text, events[-1], prompt_tokens
-
-
-@pytest.fixture(autouse=True)
-def _upstream_counts_the_prompt(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(contract, "run", run_counted_upstream)
-
-
 async def test_context_overflow_is_refused(engine: Engine) -> None:
     with pytest.raises(ContextOverflow):
         engine.prepare(chat("word " * 10, max_tokens=CONTEXT), 64)
     too_long = engine.prepare(GenerationRequest(prompt="word " * (CONTEXT + 10)), 64)
     with pytest.raises(ContextOverflow):
-        await run_counted_upstream(engine, too_long.request)
+        await run(engine, too_long.request)

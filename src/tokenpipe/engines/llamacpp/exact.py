@@ -23,11 +23,14 @@ BF16, F32 and IQ4_NL weights are not: their tinyBLAS and vec_dot sum in other or
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
 import llama_cpp as lc
 import numpy as np
+
+log = logging.getLogger("tokenpipe.llamacpp")
 
 MODES = ("exact", "serial", "fast")
 GGML_TYPE_BF16 = 30  # ggml.h's enum ggml_type; llama-cpp-python 0.3.36 does not export it
@@ -83,3 +86,17 @@ def rows_are_exact(ctx: Any, mem: Any, batch: Any, n_vocab: int, seqs: int) -> b
     finally:
         lc.llama_memory_seq_rm(mem, 0, -1, -1)
         lc.llama_memory_seq_rm(mem, 1, -1, -1)
+
+
+def check(mode: str, context: Any, n_vocab: int, seqs: int) -> bool | None:
+    """The load-time verdict for a fresh context: rows_are_exact in "exact" mode (a warning
+    if not), None otherwise (serial: one row per decode, exact by construction; fast:
+    llama.cpp's kernels, whose shape-dependent paths no short check sees)."""
+    if mode != "exact":
+        return None
+    verdict = rows_are_exact(context.ctx, context.mem, context.batch, n_vocab, seqs)
+    if not verdict:
+        log.warning("this model's weight types make a token's arithmetic depend on its "
+                    "batch (docs/determinism.md): greedy answers may vary with caching "
+                    "and load; --determinism serial makes them exact, slowly")
+    return verdict

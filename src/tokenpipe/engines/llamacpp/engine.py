@@ -1,0 +1,398 @@
+"""llama.cpp through llama-cpp-python's low-level API, with continuous batching.
+
+One decode thread owns the llama context. Sequences join between steps; each step is one
+llama_decode holding one token per decoding sequence plus a chunk of at most one waiting
+prompt, so a new prompt never stalls the others for long. The prompt cache's
+slots: slots.py.
+Tokens reach asyncio through call_soon_threadsafe, once per step for all sequences.
+A token's arithmetic does not depend on what shares its step (--determinism, default exact:
+exact.py picks the kernels), so the caches and the batching never change an answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from ...errors import EngineError, EngineUnavailable, MissingDependency
+from ...types import (
+    EngineEvent,
+    EngineFinish,
+    EngineStart,
+    EngineText,
+    FinishReason,
+    GenerationRequest,
+    Usage,
+)
+from ..base import (
+    Engine,
+    EngineInfo,
+    EngineOptions,
+    PreparedRequest,
+    bundled_model_path,
+    hand_over,
+)
+from . import decode_steps, exact
+from .context import Context
+from .sampler import make_sampler
+from .slots import Seq, Slots
+from .vocab import Vocab
+
+try:
+    import llama_cpp as lc
+    import numpy as np
+    from llama_cpp import _logger as llama_logger
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise MissingDependency(
+        f"the llamacpp engine needs llama-cpp-python ({exc.name} is missing): "
+        "pip install 'tokenpipe[llamacpp]'"
+    ) from None
+
+log = logging.getLogger("tokenpipe.llamacpp")
+
+PROMPT_CHUNK = 512  # prompt tokens per step while other sequences are decoding
+_Row = tuple[Seq, int, int, bool]  # (sequence, token, position, wants logits)
+
+
+class LlamaCppEngine(Engine):
+    def __init__(self, options: EngineOptions) -> None:
+        self.options = options
+        self.model_path = Path(options.model) if options.model else None
+        model_id = options.model_id or (
+            self.model_path.stem if self.model_path else "SmolLM2-135M-Instruct"
+        )
+        self.parallel = max(1, options.parallel)
+        if options.determinism not in exact.MODES:
+            raise EngineError(f"determinism must be one of {', '.join(exact.MODES)}, "
+                              f"not {options.determinism!r}")
+        self.determinism = options.determinism
+        self.rows_exact: bool | None = None  # the load-time check's verdict (None: not run)
+        self.info = EngineInfo("llamacpp", model_id, options.context_size // self.parallel,
+                               self.parallel)
+        self._inbox: queue.SimpleQueue[Seq] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self._failure: str | None = None
+        self.failures = 0  # decode-loop faults that ended the generations in flight
+        self.restarts = 0  # fresh contexts after such a fault
+        self._context: Context | None = None
+        self._slots = Slots(self.parallel)
+
+    @classmethod
+    def from_options(cls, options: EngineOptions) -> LlamaCppEngine:
+        return cls(options)
+
+    # ---- loading ------------------------------------------------------------------------
+    async def load(self) -> None:
+        await asyncio.to_thread(self._load)
+        self._thread = threading.Thread(target=self._run, name="llamacpp-decode", daemon=True)
+        self._thread.start()
+
+    def _load(self) -> None:
+        path = self.model_path or bundled_model_path()
+        if not path.is_file():
+            raise EngineError(f"model file not found: {path}")
+        # llama.cpp prints every tensor it loads; keep that for --log-level debug only.
+        llama_logger.set_verbose(log.isEnabledFor(logging.DEBUG))
+        lc.llama_backend_init()
+        mparams = lc.llama_model_default_params()
+        exact.model_params(self.determinism, mparams)  # determinism: the weights
+        self._model = lc.llama_model_load_from_file(str(path).encode(), mparams)
+        if not self._model:
+            raise EngineError(f"llama.cpp could not load {path}")
+        self._vocab = Vocab(self._model)
+        self.model_path = path
+        self._new_context()
+        log.info("loaded %s: context %d per sequence x %d, %d threads", path.name,
+                 self.info.context_tokens, self.parallel, self._threads)
+
+    def _new_context(self) -> None:
+        """A fresh context, batch and thread pool for the loaded model (at load, and when the
+        engine recovers from a fault: the old context's state is unknown then)."""
+        c = self._context = Context.open(self._model, self.options, self.parallel,
+                                         PROMPT_CHUNK + self.parallel)
+        self._ctx, self._mem, self._batch = c.ctx, c.mem, c.batch
+        self._threads, self._batch_cap = c.threads, c.batch_cap
+        self.info = EngineInfo("llamacpp", self.info.model_id, c.context_tokens,
+                               self.parallel)
+        self._slots.reset(self._mem)
+        self.rows_exact = exact.check(self.determinism, c, self._vocab.n_tokens, self.parallel)
+
+    # ---- text ---------------------------------------------------------------------------
+    def render(self, request: GenerationRequest) -> str:
+        return self._vocab.render(request)
+
+    def tokenize(self, text: str, *, add_special: bool = False) -> list[int]:
+        return self._vocab.tokenize(text, add_special=add_special)
+
+    def encode(self, request: GenerationRequest, text: str) -> list[int]:
+        # a raw completion gets the model's BOS, as llama.cpp adds it
+        return self._vocab.tokenize(text, add_special=request.prompt is not None)
+
+    # ---- streaming (event loop side) ----------------------------------------------------
+    def healthy(self) -> bool:
+        return self._failure is None and self._thread is not None and self._thread.is_alive()
+
+    @property
+    def failure(self) -> str | None:
+        return self._failure
+
+    async def stream(self, prepared: PreparedRequest) -> AsyncIterator[EngineEvent]:
+        if not self.healthy():
+            raise EngineUnavailable(self._failure or "the llama.cpp engine is not running")
+        items: asyncio.Queue[EngineEvent | BaseException] = asyncio.Queue()
+        seq = Seq(prepared, items.put_nowait, asyncio.get_running_loop(),
+                   list(prepared.prompt_ids), prepared.max_tokens)
+        self._inbox.put(seq)
+        self._wake.set()
+        if self._failure is not None:  # failed for good between the check and the put
+            raise EngineUnavailable(self._failure)
+        try:
+            yield EngineStart(len(seq.prompt))
+            while True:
+                item = await items.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if isinstance(item, EngineFinish):
+                    return
+        finally:
+            seq.cancelled = True  # the decode thread drops it before its next step
+            self._wake.set()
+
+    def forget_cache(self) -> None:
+        """Drops every slot's cached prompt (benchmarks of cold starts). Only while idle."""
+        self._slots.forget()
+
+    @property
+    def reused_prefix_tokens(self) -> int:
+        """Prompt tokens found in a slot's cache, not decoded again (since load)."""
+        return self._slots.reused_tokens
+
+    @property
+    def shared_prefix_tokens(self) -> int:
+        """Prompt tokens copied from another running sequence (since load)."""
+        return self._slots.shared_tokens
+
+    async def aclose(self) -> None:
+        self._stop = True
+        self._wake.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 10)
+        self._free_context()
+
+    def _free_context(self) -> None:
+        self._free_run_state()
+        if getattr(self, "_model", None):
+            lc.llama_model_free(self._model)
+            self._model = None
+
+    def _free_run_state(self) -> None:
+        """Frees the context, its batch and thread pool; the model stays loaded."""
+        if self._context is not None:
+            self._context.close()
+            self._context = self._ctx = None
+
+    # ---- the decode thread --------------------------------------------------------------
+    def _run(self) -> None:
+        waiting: deque[Seq] = deque()
+        active: list[Seq] = []
+        try:
+            self._loop(waiting, active)
+        except BaseException as exc:  # the context is in an unknown state
+            self._recover(exc, [*active, *waiting])
+
+    def _loop(self, waiting: deque[Seq], active: list[Seq]) -> None:
+        while not self._stop:
+            while True:
+                try:
+                    waiting.append(self._inbox.get_nowait())
+                except queue.Empty:
+                    break
+            self._drop_cancelled(waiting, active)
+            while waiting and self._slots.free:
+                seq = waiting[0]
+                self._assign(seq, active)
+                waiting.popleft()
+                active.append(seq)
+            if not active:
+                self._wake.wait()
+                self._wake.clear()
+                continue
+            self._step(active)
+
+    def _recover(self, exc: BaseException, in_flight: list[Seq]) -> None:
+        """Ends the generations in flight with the reason, then carries on with a fresh
+        context and decode thread (the model stays loaded); if even that fails, the engine
+        is marked failed for good and /health says why."""
+        reason = f"the llama.cpp decode loop failed: {type(exc).__name__}: {exc}"
+        log.error("%s; recovering", reason, exc_info=exc)
+        self.failures += 1
+        hand_over([(seq, [EngineError(reason)]) for seq in in_flight])
+        for seq in in_flight:
+            if seq.sampler is not None:
+                lc.llama_sampler_free(seq.sampler)
+                seq.sampler = None
+        try:
+            self._free_run_state()
+            self._new_context()
+        except Exception as again:
+            self._failure = (f"{reason}; a fresh context failed too: "
+                             f"{type(again).__name__}: {again}")
+            log.error("llama.cpp engine cannot recover: %s", self._failure)
+            hand_over([(seq, [EngineUnavailable(self._failure)])
+                       for seq in _drain(self._inbox)])
+            return
+        self.restarts += 1
+        if not self._stop:
+            self._thread = threading.Thread(target=self._run, name="llamacpp-decode",
+                                            daemon=True)
+            self._thread.start()
+        log.warning("llama.cpp engine recovered (restart %d)", self.restarts)
+
+    def _drop_cancelled(self, waiting: deque[Seq], active: list[Seq]) -> None:
+        for seq in [s for s in waiting if s.cancelled]:
+            waiting.remove(seq)
+        for seq in [s for s in active if s.cancelled]:
+            active.remove(seq)
+            self._release(seq)
+        for seq in active:  # a donor that went away can no longer share its prefix
+            if seq.donor is not None and seq.donor not in active:
+                seq.donor, seq.share = None, 0
+
+    def _assign(self, seq: Seq, active: list[Seq]) -> None:
+        self._slots.assign(seq, active)
+        seq.sampler = make_sampler(seq.prepared.request.params, self._vocab.n_tokens,
+                                   seq.prompt, self.info.context_tokens)
+
+    def _release(self, seq: Seq) -> None:
+        self._slots.release(seq)
+        if seq.sampler is not None:
+            lc.llama_sampler_free(seq.sampler)
+            seq.sampler = None
+
+    def _step(self, active: list[Seq]) -> None:
+        rows = self._plan(active)
+        # serial: one token per llama_decode, so that every matmul sees a single row
+        groups = [[row] for row in rows] if self.determinism == "serial" else [rows]
+        outbox: list[tuple[Seq, list[EngineEvent | BaseException]]] = []
+        for group in groups:
+            group = [row for row in group if row[0] in active]  # not failed or finished
+            if group:
+                outbox.extend(self._decode(group, active))
+        hand_over(outbox)
+
+    def _plan(self, active: list[Seq]) -> list[_Row]:
+        """This step's rows: the sampled token of every decoding sequence, then chunks of
+        waiting prompts, first come first served, sorted by slot (llama.cpp puts rows in
+        one ubatch only for increasing, consecutive sequence ids: each run is one graph)."""
+        rows: list[_Row] = []
+        for seq in active:
+            if seq.donor is not None and seq.donor.n_past >= seq.share:
+                self._slots.take_from_donor(seq)
+            if not seq.todo:
+                rows.append((seq, seq.last, seq.n_past, True))
+        budget = self._batch_cap - len(rows)
+        if rows:
+            budget = min(budget, PROMPT_CHUNK)
+        for seq in active:
+            if seq.todo and seq.donor is None and budget > 0:
+                chunk, seq.todo = seq.todo[:budget], seq.todo[budget:]
+                last = len(chunk) - 1 if not seq.todo else -1
+                rows.extend((seq, token, seq.n_past + i, i == last)
+                            for i, token in enumerate(chunk))
+                budget -= len(chunk)
+        rows.sort(key=lambda row: row[0].slot)  # stable: a prompt's tokens stay in order
+        return rows
+
+    def _decode(self, rows: list[_Row], active: list[Seq]
+                ) -> list[tuple[Seq, list[EngineEvent | BaseException]]]:
+        """One llama_decode of rows, then each sequence's sampled token (or the error)."""
+        batch = self._batch
+        for i, (seq, token, pos, logits) in enumerate(rows):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, pos, 1
+            batch.seq_id[i][0], batch.logits[i] = seq.slot, logits
+            if logits:
+                seq.batch_index = i
+        batch.n_tokens = len(rows)
+        rc = lc.llama_decode(self._ctx, batch)
+        outbox: list[tuple[Seq, list[EngineEvent | BaseException]]] = []
+        if rc != 0:
+            error = EngineError(f"llama_decode failed with code {rc}")
+            for seq in dict.fromkeys(row[0] for row in rows):
+                self._slots.drop(seq.slot)
+                active.remove(seq)
+                self._release(seq)
+                outbox.append((seq, [error]))
+            return outbox
+        cached = self._slots.cached
+        for seq, token, _, _ in rows:
+            cached[seq.slot].append(token)
+            seq.n_past += 1
+        for seq, _, _, logits in rows:
+            if logits:
+                outbox.append((seq, self._sample(seq, active)))
+        return outbox
+
+    def _sample(self, seq: Seq, active: list[Seq]) -> list[EngineEvent | BaseException]:
+        if seq.sampler is None:
+            logits = lc.llama_get_logits_ith(self._ctx, seq.batch_index)
+            token = int(np.argmax(np.ctypeslib.as_array(logits, shape=(self._vocab.n_tokens,))))
+        else:
+            token = lc.llama_sampler_sample(seq.sampler, self._ctx, seq.batch_index)
+        seq.generated += 1
+        items: list[EngineEvent | BaseException] = []
+        finish: FinishReason | None = None
+        if self._vocab.is_eog(token):
+            finish = FinishReason.STOP
+        else:
+            items.append(EngineText(seq.decoder.feed(self._vocab.piece(token))))
+            if seq.generated >= seq.max_tokens:
+                finish = FinishReason.LENGTH
+        if finish is not None:
+            tail = seq.decoder.flush()
+            if tail:
+                items.append(EngineText(tail, tokens=0))
+            items.append(EngineFinish(finish, Usage(len(seq.prompt), seq.generated,
+                                                    seq.cached)))
+            active.remove(seq)
+            self._release(seq)
+        seq.last = token
+        return items
+
+
+    # ---- llama.cpp alone, for `tokenpipe bench --decode-steps` ----------------------------
+    @classmethod
+    def time_decode_steps(cls, options: EngineOptions, sizes: Sequence[int], *,
+                          rounds: int = 5, steps: int = 16, prompt_tokens: int = 64
+                          ) -> dict[int, list[float]]:
+        """No server and no sampling: seconds per llama_decode of one token for each of k
+        sequences, for every k in sizes (A B A B over rounds, `steps` each). What k streams
+        can gain over one on this machine and model is bounded by k x t(1) / t(k).
+
+        Loads an engine of its own (as `tokenpipe serve` would with these options) and
+        frees it at the end; run it while nothing else uses the cores."""
+        engine = cls(replace(options, parallel=max(sizes)))
+        return decode_steps.time_decode_steps(engine, sizes, rounds=rounds, steps=steps,
+                                              prompt_tokens=prompt_tokens)
+
+
+def _drain(inbox: queue.SimpleQueue[Seq]) -> list[Seq]:
+    out: list[Seq] = []
+    while True:
+        try:
+            out.append(inbox.get_nowait())
+        except queue.Empty:
+            return out
+
+
+
+
+

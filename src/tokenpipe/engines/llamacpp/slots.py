@@ -1,0 +1,124 @@
+"""The KV cache's slots: each of `parallel` sequences owns one, and keeps its cells after it
+ends, so the next request whose prompt shares a prefix with a slot's cache (the next turn
+of a chat, the same system prompt) skips that prefix; a prompt that shares a clearly
+longer prefix with a running sequence copies that sequence's cells instead."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import llama_cpp as lc
+
+from ...text import Utf8Decoder
+from ..base import PreparedRequest
+
+SHARE_MIN = 32  # copy a prompt prefix from another sequence when it saves this many tokens
+
+
+@dataclass(eq=False)
+class Seq:
+    """One generation as the decode thread sees it."""
+
+    prepared: PreparedRequest
+    deliver: Any  # (items) -> None, called on the event loop
+    loop: asyncio.AbstractEventLoop
+    prompt: list[int]
+    max_tokens: int
+    cancelled: bool = False
+    slot: int = -1
+    n_past: int = 0  # tokens of this sequence already in the KV cache
+    todo: list[int] = field(default_factory=list)  # prompt tokens still to decode
+    last: int = -1  # the sampled token that the next step decodes
+    generated: int = 0
+    sampler: Any = None
+    decoder: Utf8Decoder = field(default_factory=Utf8Decoder)
+    batch_index: int = -1  # where this step's logits for it are
+    donor: Seq | None = None  # a running sequence whose prompt prefix this one will copy
+    share: int = 0  # how many prompt tokens it copies from the donor
+    cached: int = 0  # prompt tokens taken from a cache (its slot's or a donor's)
+
+
+class Slots:
+    """Owned by the decode thread. `cached[slot]` lists the tokens the slot's cells hold."""
+
+    def __init__(self, parallel: int) -> None:
+        self.parallel = parallel
+        self.reused_tokens = 0  # prompt tokens found in a slot's cache, not decoded
+        self.shared_tokens = 0  # prompt tokens copied from another sequence
+        self.reset(None)
+
+    def reset(self, mem: Any) -> None:
+        """Empty slots over a fresh context's memory (the counters carry on)."""
+        self._mem = mem
+        self.cached: list[list[int]] = [[] for _ in range(self.parallel)]
+        self.free: list[int] = list(range(self.parallel))
+
+    def assign(self, seq: Seq, active: list[Seq]) -> None:
+        """Gives seq the free slot whose cache shares the longest prefix with its prompt.
+
+        If a running sequence holds (or is about to hold) a clearly longer prefix, seq waits
+        for it and copies those cells instead of computing them again: one shared system
+        prompt is decoded once, not once per request."""
+        best, best_common = self.free[0], -1
+        for slot in self.free:
+            common = _common_prefix(self.cached[slot], seq.prompt)
+            if common > best_common:
+                best, best_common = slot, common
+        self.free.remove(best)
+        limit = len(seq.prompt) - 1  # the last prompt token must be decoded for its logits
+        common = min(best_common, limit)
+        lc.llama_memory_seq_rm(self._mem, best, common, -1)
+        del self.cached[best][common:]
+        self.reused_tokens += common
+        seq.slot, seq.n_past, seq.todo = best, common, seq.prompt[common:]
+        seq.cached = common
+        donor, share = None, common + SHARE_MIN
+        for other in active:
+            shared = min(_common_prefix(other.prompt, seq.prompt), limit)
+            if shared >= share:
+                donor, share = other, shared
+        if donor is not None:
+            seq.donor, seq.share = donor, share
+
+    def take_from_donor(self, seq: Seq) -> None:
+        """Copies the donor's cells (a whole-stream copy: the only kind llama.cpp does
+        between streams), then cuts them to the shared prefix."""
+        donor = seq.donor
+        assert donor is not None
+        lc.llama_memory_seq_rm(self._mem, seq.slot, -1, -1)
+        lc.llama_memory_seq_cp(self._mem, donor.slot, seq.slot, -1, -1)
+        lc.llama_memory_seq_rm(self._mem, seq.slot, seq.share, -1)
+        self.cached[seq.slot] = self.cached[donor.slot][: seq.share]
+        self.shared_tokens += seq.share
+        seq.n_past, seq.todo = seq.share, seq.prompt[seq.share :]
+        seq.cached = seq.share
+        seq.donor, seq.share = None, 0
+
+    def release(self, seq: Seq) -> None:
+        """The slot is free again; its cells stay for the next prompt that shares them."""
+        if seq.slot >= 0:
+            self.free.append(seq.slot)
+            seq.slot = -1
+
+    def drop(self, slot: int) -> None:
+        """Empties a slot whose cells are unknown (its decode failed)."""
+        lc.llama_memory_seq_rm(self._mem, slot, -1, -1)
+        self.cached[slot].clear()
+
+    def forget(self) -> None:
+        """Empties every slot. Only while no sequence runs."""
+        if len(self.free) != self.parallel:
+            raise RuntimeError("forget_cache() while sequences are running")
+        for slot in range(self.parallel):
+            self.drop(slot)
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
