@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from tests.conftest import ServerProcess, running
-from tests.test_llamacpp_determinism import OTHERS, QUESTION, SYSTEM, TOKENS
+from tests.unit.engines.test_llamacpp_determinism import OTHERS, QUESTION, SYSTEM, TOKENS
 from tokenpipe.client import Client
 
 pytestmark = [pytest.mark.e2e, pytest.mark.model]
