@@ -37,7 +37,7 @@ async def test_metrics_count_generations_tokens_errors_and_connections(
             await cancelled.cancel()
         await client.send_raw("not json")
         await client.errors.get()
-        text = httpx.get(url + "/metrics").text
+        text = (await asyncio.to_thread(httpx.get, url + "/metrics")).text
         assert metric(text, "tokenpipe_connections", 'protocol="tokenpipe.v1"') == 1
     assert metric(text, "tokenpipe_tokens_generated_total") >= 12
     assert metric(text, "tokenpipe_generations_finished_total", 'finish_reason="stop"') == 1
@@ -61,7 +61,7 @@ async def test_a_model_that_cannot_load_fails_health_and_requests_clearly() -> N
         body: dict[str, Any] = {}
         while body.get("status") != "error" and time.monotonic() < deadline:
             with contextlib.suppress(httpx.HTTPError):
-                response = httpx.get(server.url + "/health", timeout=2)
+                response = await asyncio.to_thread(httpx.get, server.url + "/health", timeout=2)
                 body = response.json()
             await asyncio.sleep(0.2)
         assert response.status_code == 503

@@ -4,6 +4,7 @@ decode thread), and what outside clients expect of usage, context errors and unk
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -58,7 +59,8 @@ async def test_each_parameter_over_websocket_and_http(
         model=MODEL, messages=ASK, max_tokens=16, stream=True,
         extra_body=extra, **plain) if ch.choices)
     assert streamed == ws_text
-    assert httpx.get(model_server.url + "/health").json()["status"] == "ok"
+    health = await asyncio.to_thread(httpx.get, model_server.url + "/health")
+    assert health.json()["status"] == "ok"
 
 
 def test_a_penalty_changes_the_answer_through_the_sdk(model_server: ServerProcess) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -29,7 +30,7 @@ async def test_two_models_are_listed_and_routed(live_server: Any) -> None:
             await unknown.collect()
         assert info.value.code == "unknown_model"
         assert "alpha" in info.value.message and "beta" in info.value.message
-    listed = httpx.get(url + "/v1/models").json()
+    listed = (await asyncio.to_thread(httpx.get, url + "/v1/models")).json()
     assert [m["id"] for m in listed["data"]] == ["alpha", "beta"]
 
 

@@ -19,9 +19,9 @@ pytestmark = pytest.mark.e2e
 USER = [{"role": "user", "content": "hello"}]
 
 
-async def frames_until(ws: Any, predicate: Any, timeout: float = 10.0) -> list[dict[str, Any]]:
+async def frames_until(ws: Any, predicate: Any, within_s: float = 10.0) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    async with asyncio.timeout(timeout):
+    async with asyncio.timeout(within_s):
         while True:
             frame = json.loads(await ws.recv())
             out.append(frame)

@@ -26,8 +26,8 @@ async def connect(url: str) -> Any:
     return ws
 
 
-async def recv(ws: Any, timeout: float = 20.0) -> dict[str, Any]:
-    return json.loads(await asyncio.wait_for(ws.recv(), timeout))  # type: ignore[no-any-return]
+async def recv(ws: Any, within_s: float = 20.0) -> dict[str, Any]:
+    return json.loads(await asyncio.wait_for(ws.recv(), within_s))  # type: ignore[no-any-return]
 
 
 async def test_resume_after_a_cut_tcp_connection_loses_and_repeats_nothing(

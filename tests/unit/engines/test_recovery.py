@@ -82,8 +82,8 @@ async def answer(engine: Engine, text: str, max_tokens: int = 8) -> str:
     return "".join(e.text for e in events if isinstance(e, EngineText))
 
 
-async def wait_for(check: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
+async def wait_for(check: Any, within_s: float = 20.0) -> None:
+    deadline = time.monotonic() + within_s
     while not check():
         assert time.monotonic() < deadline, "timed out"
         await asyncio.sleep(0.01)

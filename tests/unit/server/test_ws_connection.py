@@ -51,14 +51,14 @@ async def test_a_backed_up_socket_gets_merged_deltas_and_the_engine_runs_on() ->
     task = asyncio.create_task(connection.run())
     sock.client_sends({"type": "generate", "id": "a", "prompt": "[[tokens=3000]]",
                        "params": {"max_tokens": 3000}})
-    while not any(f["type"] == "delta" for f in sock.sent):
+    while not any(f["type"] == "delta" for f in sock.sent):  # noqa: ASYNC110 - a plain list
         await asyncio.sleep(0)
     sock.open.clear()  # the client stops reading: every send now waits
     session = connection.streams["a"].session
     await asyncio.wait_for(session.done.wait(), 10)  # the engine finished regardless
     held = len(sock.sent)
     sock.open.set()
-    while not any(f["type"] == "end" for f in sock.sent):
+    while not any(f["type"] == "end" for f in sock.sent):  # noqa: ASYNC110 - a plain list
         await asyncio.sleep(0.01)
     sock.inbox.put_nowait({"type": "websocket.disconnect"})
     await task
