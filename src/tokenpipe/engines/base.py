@@ -10,10 +10,11 @@ from __future__ import annotations
 import abc
 import asyncio
 import importlib.util
+import queue
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from ..errors import BadRequest, ContextOverflow, EngineError, MissingDependency
 from ..types import EngineEvent, GenerationRequest
@@ -193,3 +194,16 @@ def _deliver(batch: list[tuple[Any, list[Any]]]) -> None:
     for put, items in batch:
         for item in items:
             put(item)
+
+
+_Item = TypeVar("_Item")
+
+
+def drain(inbox: queue.SimpleQueue[_Item]) -> list[_Item]:
+    """Everything waiting in a decode thread's inbox, without blocking."""
+    out: list[_Item] = []
+    while True:
+        try:
+            out.append(inbox.get_nowait())
+        except queue.Empty:
+            return out

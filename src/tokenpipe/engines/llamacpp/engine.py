@@ -36,6 +36,7 @@ from ..base import (
     EngineOptions,
     PreparedRequest,
     bundled_model_path,
+    drain,
     hand_over,
 )
 from . import decode_steps, exact
@@ -211,11 +212,7 @@ class LlamaCppEngine(Engine):
 
     def _loop(self, waiting: deque[Seq], active: list[Seq]) -> None:
         while not self._stop:
-            while True:
-                try:
-                    waiting.append(self._inbox.get_nowait())
-                except queue.Empty:
-                    break
+            waiting.extend(drain(self._inbox))
             self._drop_cancelled(waiting, active)
             while waiting and self._slots.free:
                 seq = waiting[0]
@@ -248,7 +245,7 @@ class LlamaCppEngine(Engine):
                              f"{type(again).__name__}: {again}")
             log.error("llama.cpp engine cannot recover: %s", self._failure)
             hand_over([(seq, [EngineUnavailable(self._failure)])
-                       for seq in _drain(self._inbox)])
+                       for seq in drain(self._inbox)])
             return
         self.restarts += 1
         if not self._stop:
@@ -382,17 +379,3 @@ class LlamaCppEngine(Engine):
         engine = cls(replace(options, parallel=max(sizes)))
         return decode_steps.time_decode_steps(engine, sizes, rounds=rounds, steps=steps,
                                               prompt_tokens=prompt_tokens)
-
-
-def _drain(inbox: queue.SimpleQueue[Seq]) -> list[Seq]:
-    out: list[Seq] = []
-    while True:
-        try:
-            out.append(inbox.get_nowait())
-        except queue.Empty:
-            return out
-
-
-
-
-

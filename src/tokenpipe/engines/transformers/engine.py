@@ -51,6 +51,7 @@ from ..base import (
     EngineInfo,
     EngineOptions,
     PreparedRequest,
+    drain,
     hand_over,
 )
 
@@ -207,7 +208,7 @@ class TransformersEngine(Engine):
         except BaseException as exc:  # a bug in this loop: its batch state is unknown
             self._recover(exc, [*rows, *waiting])
             return
-        left = [*rows, *waiting, *_drain(self._inbox)]
+        left = [*rows, *waiting, *drain(self._inbox)]
         for seq in left:
             seq.out.append(EngineUnavailable("the transformers engine was closed"))
         self._flush(left)
@@ -217,11 +218,7 @@ class TransformersEngine(Engine):
         batch = KVBatch(self._device)
         prefilled = False  # the last step was a prefill
         while not self._stop:
-            while True:
-                try:
-                    waiting.append(self._inbox.get_nowait())
-                except queue.Empty:
-                    break
+            waiting.extend(drain(self._inbox))
             for seq in [s for s in waiting if s.cancelled]:
                 waiting.remove(seq)
             rows[:] = self._keep(batch, rows, lambda s: not s.cancelled)
@@ -362,12 +359,3 @@ class TransformersEngine(Engine):
             items, seq.out = seq.out, []
             outbox.append((seq, items))
         hand_over(outbox)
-
-
-def _drain(inbox: queue.SimpleQueue[_Seq]) -> list[_Seq]:
-    out: list[_Seq] = []
-    while True:
-        try:
-            out.append(inbox.get_nowait())
-        except queue.Empty:
-            return out
