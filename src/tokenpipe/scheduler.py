@@ -88,14 +88,16 @@ class Scheduler:
 
     async def start(self, request: GenerationRequest, *,
                     resumable: bool = False) -> GenerationSession:
-        """submit(), with a long prompt templated and tokenized in a worker thread: a
+        """submit(), with a long prompt templated and tokenized in a worker thread (a
         megabyte of text takes the tokenizer a good part of a second, which on the event
-        loop would stall every other stream."""
+        loop would stall every other stream), and an output format's grammar compiled
+        there too."""
         if self._closing:
             raise ShuttingDown("the server is shutting down")
         self._check_max_tokens(request)
         prepared = None
-        if _prompt_chars(request) > INLINE_PROMPT_CHARS:
+        # a format's grammar may take the compiler up to a second the first time
+        if _prompt_chars(request) > INLINE_PROMPT_CHARS or request.format is not None:
             prepared = await asyncio.to_thread(self.engine.prepare, request,
                                                self.default_max_tokens)
         return self.submit(request, resumable=resumable, prepared=prepared)

@@ -39,6 +39,19 @@ class SamplingParams:
 
 
 @dataclass(frozen=True, slots=True)
+class OutputFormat:
+    """What the answer must be, enforced token by token (constrain/): `json_object` is any
+    JSON object; `json_schema` is JSON valid against `schema` (the schema as JSON text, its
+    key order kept: properties are generated in that order). `name` and `strict` are the
+    client's words, kept for an upstream that wants them."""
+
+    kind: Literal["json_object", "json_schema"]
+    schema: str | None = None
+    name: str | None = None
+    strict: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class GenerationRequest:
     """Either chat `messages` (through the model's chat template) or a raw `prompt`."""
 
@@ -46,6 +59,7 @@ class GenerationRequest:
     prompt: str | None = None
     params: SamplingParams = field(default_factory=SamplingParams)
     model: str | None = None
+    format: OutputFormat | None = None  # None: free text
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.prompt is None):

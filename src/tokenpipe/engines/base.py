@@ -94,6 +94,14 @@ class Engine(abc.ABC):
     def forget(self, prepared: PreparedRequest) -> None:  # noqa: B027 - optional
         """stream(prepared) will never run (cancelled before it started): undo begin()."""
 
+    def check_format(self, request: GenerationRequest) -> None:
+        """Raises BadRequest naming `response_format` unless the engine will enforce
+        `request.format` (the local engines compile its grammar here, so a schema they
+        cannot enforce is refused before anything runs). Called by prepare(), which the
+        scheduler runs in a worker thread for such requests: this may block."""
+        raise BadRequest(f"the {self.info.name} engine cannot constrain its output to a "
+                         "format", param="response_format")
+
     def encode(self, request: GenerationRequest, text: str) -> Sequence[int]:
         """The prompt's ids: the rendered chat as it is (the template writes its own special
         tokens); engines whose tokenizer adds a BOS to raw completions override this."""
@@ -104,6 +112,8 @@ class Engine(abc.ABC):
         A prompt that leaves no room for one token is the prompt's fault (`param` names
         `messages` or `prompt`), one that leaves too little for an explicit max_tokens is
         max_tokens' (an absent one means "the default, or what still fits")."""
+        if request.format is not None:
+            self.check_format(request)
         text = self.render(request)
         ids = self.encode(request, text)
         prompt_param = "prompt" if request.prompt is not None else "messages"

@@ -23,6 +23,7 @@ from ..types import (
     SamplingParams,
     Started,
 )
+from .formats import ResponseFormat
 
 PROTOCOL = "tokenpipe.v1"
 BEARER_PREFIX = "tokenpipe.bearer."  # + base64url(key): how a browser sends its API key
@@ -50,6 +51,7 @@ class Params(_Frame):
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
     stop: list[StopString] = Field(default_factory=list, max_length=16)
+    response_format: ResponseFormat | None = None
 
     def to_sampling(self) -> SamplingParams:
         return SamplingParams(
@@ -81,7 +83,10 @@ class Generate(_Frame):
         messages = None
         if self.messages is not None:
             messages = tuple(Message(m.role, m.content) for m in self.messages)
-        return GenerationRequest(messages, self.prompt, self.params.to_sampling(), self.model)
+        params = self.params
+        fmt = None if params.response_format is None else params.response_format.to_format()
+        return GenerationRequest(messages, self.prompt, params.to_sampling(), self.model,
+                                 fmt)
 
 
 class Cancel(_Frame):
@@ -261,6 +266,9 @@ def error_of(exc: TokenpipeError, stream_id: str | None = None) -> dict[str, Any
     limits.max_tokens is a frame out of its stated range here: bad_request."""
     if isinstance(exc, MaxTokensAboveLimit):
         return error("bad_request", f"field 'params.{exc.param}': {exc.message}", stream_id)
+    if type(exc) is BadRequest and exc.param:  # e.g. a response_format the engine refused
+        where = f"params.{exc.param}" if exc.param in Params.model_fields else exc.param
+        return error("bad_request", f"field '{where}': {exc.message}", stream_id)
     return error(exc.code, exc.message, stream_id, exc.retry_after_ms)
 
 

@@ -100,8 +100,10 @@ def test_neutral_values_and_harmless_fields_pass() -> None:
     ({"messages": USER, "logprobs": True}, "logprobs", "unsupported_parameter"),
     ({"messages": USER, "top_logprobs": 3}, "top_logprobs", "unsupported_parameter"),
     ({"messages": USER, "logit_bias": {"1": 5}}, "logit_bias", "unsupported_parameter"),
-    ({"messages": USER, "response_format": {"type": "json_object"}}, "response_format",
-     "unsupported_value"),
+    ({"messages": USER, "response_format": {"type": "yaml"}}, "response_format.type",
+     "invalid_value"),
+    ({"messages": USER, "response_format": {"type": "json_object", "json_schema": {
+        "name": "x"}}}, "response_format.json_schema", "invalid_value"),
     ({"messages": USER, "audio": {"voice": "x"}}, "audio", "unsupported_parameter"),
     ({"messages": USER, "modalities": ["text", "audio"]}, "modalities", "unsupported_value"),
     ({"messages": USER, "reasoning_effort": "low"}, "reasoning_effort", "unsupported_parameter"),

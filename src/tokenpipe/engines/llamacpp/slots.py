@@ -12,6 +12,7 @@ from typing import Any
 
 import llama_cpp as lc
 
+from ...constrain import Guide
 from ...text import Utf8Decoder
 from ..base import PreparedRequest
 
@@ -34,6 +35,7 @@ class Seq:
     last: int = -1  # the sampled token that the next step decodes
     generated: int = 0
     sampler: Any = None
+    guide: Guide | None = None  # the output format's grammar, when the request has one
     decoder: Utf8Decoder = field(default_factory=Utf8Decoder)
     batch_index: int = -1  # where this step's logits for it are
     donor: Seq | None = None  # a running sequence whose prompt prefix this one will copy

@@ -35,7 +35,7 @@ from typing import Any
 
 from ... import http
 from ...errors import ContextOverflow, EngineError, EngineUnavailable, TokenpipeError
-from ...types import EngineEvent, EngineStart, GenerationRequest
+from ...types import EngineEvent, EngineStart, GenerationRequest, OutputFormat
 from ..base import Engine, EngineInfo, EngineOptions, PreparedRequest
 from .answers import Progress, Retry, describe, finish_events, handle_event, refusal
 from .replicas import CONNECT_TIMEOUT_S, Replica, Replicas
@@ -137,12 +137,18 @@ class OpenAIEngine(Engine):
     def tokenize(self, text: str) -> Sequence[int]:
         raise EngineError("the openai engine has no tokenizer: its upstream counts tokens")
 
+    def check_format(self, request: GenerationRequest) -> None:
+        """The upstream enforces the format (response_format goes with the request); it
+        refuses what it cannot, and that refusal reaches the client as its 400."""
+
     def prepare(self, request: GenerationRequest, default_max_tokens: int) -> PreparedRequest:
         """No local token count (prompt_ids stays empty): only what is sure without one is
         checked here; the upstream refuses a prompt that does not fit."""
         limit = self.info.context_tokens
         asked = request.params.max_tokens
         max_tokens = min(default_max_tokens, limit - 1) if asked is None else asked
+        if request.format is not None:
+            self.check_format(request)
         if max_tokens >= limit:  # the prompt takes at least one token
             raise ContextOverflow(f"max_tokens ({max_tokens}) leaves no room for a prompt in "
                                   f"the context of {limit} tokens", param="max_tokens")
@@ -224,6 +230,8 @@ class OpenAIEngine(Engine):
                     "repetition_penalty": None if p.repetition_penalty == 1.0
                     else p.repetition_penalty}
         body.update((k, v) for k, v in optional.items() if v is not None)
+        if request.format is not None:
+            body["response_format"] = response_format(request.format)
         return path, json.dumps(body, ensure_ascii=False).encode()
 
     async def _attempt(self, replica: Replica, path: str, body: bytes,
@@ -321,3 +329,13 @@ class _Sent:
         self.replica.in_flight -= 1
         self.conn.release()  # unanswered: closed, and a spare opened in its place
 
+
+def response_format(fmt: OutputFormat) -> dict[str, Any]:
+    """An OutputFormat as OpenAI's `response_format`, for the upstream."""
+    if fmt.kind == "json_object":
+        return {"type": "json_object"}
+    spec: dict[str, Any] = {"name": fmt.name or "answer",
+                            "schema": json.loads(fmt.schema or "{}")}
+    if fmt.strict is not None:
+        spec["strict"] = fmt.strict
+    return {"type": "json_schema", "json_schema": spec}

@@ -4,7 +4,7 @@ user who relies on the answer meaning what they asked.
 - Every sampling parameter the core honours is accepted with OpenAI's ranges, plus vLLM's
   extras `top_k` (-1 or 0: off), `min_p` and `repetition_penalty`.
 - OpenAI features this server cannot honour (`tools`, `functions`, `logprobs`, `n` > 1,
-  `response_format` other than text, `audio`, ...) are refused with 400 naming the
+  `audio`, ...) are refused with 400 naming the
   parameter (code `unsupported_parameter` / `unsupported_value`), never silently ignored;
   their neutral values (`tools: []`, `logprobs: false`, `n: 1`, ...) pass.
 - Fields the official SDKs send that do not change the answer (`user`, `metadata`, `store`,
@@ -30,7 +30,8 @@ from pydantic import (
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
-from ...types import GenerationRequest, Message, SamplingParams
+from ...types import GenerationRequest, Message, OutputFormat, SamplingParams
+from ..formats import ResponseFormat
 
 MAX_STOP = 16  # OpenAI allows 4; the core's matcher takes more, as vLLM does
 
@@ -101,6 +102,10 @@ class _Sampling(_Body):
     seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
     stop: StopField = None
     n: int | None = Field(default=None, ge=1, description="Only 1.")
+    response_format: ResponseFormat | None = Field(
+        default=None, description="text, json_object or json_schema: the answer is "
+        "generated under the schema's grammar, so it parses and validates (unless "
+        "max_tokens cuts it: finish_reason length).")
     logit_bias: Annotated[Refused, _refuse(({},), "logit_bias is not supported")] = None
     # accepted and ignored: they do not change the answer
     user: str | None = Field(default=None, description="Accepted and ignored.")
@@ -125,6 +130,10 @@ class _Sampling(_Body):
                 "invalid_value", "The 'stream_options' parameter is only allowed when "
                 "'stream' is enabled.", {"param": "stream_options"})
         return self
+
+    @property
+    def format(self) -> OutputFormat | None:
+        return None if self.response_format is None else self.response_format.to_format()
 
     @property
     def include_usage(self) -> bool:
@@ -210,8 +219,6 @@ class ChatCompletionRequest(_Sampling):
                                    "server's default, or what still fits the context.")
     max_completion_tokens: int | None = Field(default=None, ge=1,
                                               description="The same as max_tokens.")
-    response_format: dict[str, Any] | None = Field(default=None,
-                                                   description='Only {"type": "text"}.')
     modalities: list[str] | None = Field(default=None, description='Only ["text"].')
     parallel_tool_calls: bool | None = Field(default=None, description="Accepted and "
                                              "ignored (no tools).")
@@ -226,13 +233,6 @@ class ChatCompletionRequest(_Sampling):
     reasoning_effort: Annotated[Refused, _refuse((), "this model does not reason")] = None
     verbosity: Annotated[Refused, _refuse((), "verbosity is not supported")] = None
     web_search_options: Annotated[Refused, _refuse((), "web search is not supported")] = None
-
-    @field_validator("response_format")
-    @classmethod
-    def _text_only(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None and value != {"type": "text"}:
-            _unsupported(value, "only response_format {\"type\": \"text\"} is supported")
-        return value
 
     @field_validator("modalities")
     @classmethod
@@ -257,7 +257,8 @@ class ChatCompletionRequest(_Sampling):
     def to_request(self) -> GenerationRequest:
         messages = tuple(m.to_message() for m in self.messages)
         params = self.sampling(self.max_completion_tokens or self.max_tokens)
-        return GenerationRequest(messages=messages, params=params, model=self.model)
+        return GenerationRequest(messages=messages, params=params, model=self.model,
+                                 format=self.format)
 
 
 def _one_prompt(value: Any) -> Any:
@@ -292,6 +293,6 @@ class CompletionRequest(_Sampling):
 
     def to_request(self) -> GenerationRequest:
         return GenerationRequest(prompt=self.prompt, params=self.sampling(self.max_tokens),
-                                 model=self.model)
+                                 model=self.model, format=self.format)
 
 

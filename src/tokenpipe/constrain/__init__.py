@@ -1,0 +1,9 @@
+"""Constrained decoding: what the answer must be (an OutputFormat) becomes a grammar
+(grammars.py), and a grammar becomes one token mask per step for an engine's vocabulary
+(guide.py). One library, llguidance, for both local engines: docs/structured-output.md says
+why (cost per token, JSON Schema coverage) and what each format promises."""
+
+from .grammars import grammar_of
+from .guide import Guide, Guides
+
+__all__ = ["Guide", "Guides", "grammar_of"]

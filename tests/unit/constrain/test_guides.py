@@ -1,0 +1,163 @@
+"""Grammars and token masks (constrain/) over the bundled model's real vocabulary: what a
+mask allows, that a guided generation can only write what the schema admits, that a schema
+the library cannot enforce is refused naming the parameter, and the cache."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+if not os.environ.get("CI"):
+    pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
+
+import llama_cpp as lc
+
+from tokenpipe.constrain import Guides
+from tokenpipe.constrain.grammars import schema_text
+from tokenpipe.engines.base import bundled_model_path
+from tokenpipe.errors import BadRequest
+from tokenpipe.types import OutputFormat
+
+pytestmark = pytest.mark.model
+
+
+class Vocab:
+    def __init__(self) -> None:
+        lc.llama_backend_init()
+        params = lc.llama_model_default_params()
+        params.vocab_only = True
+        self.model = lc.llama_model_load_from_file(str(bundled_model_path()).encode(), params)
+        self.handle = lc.llama_model_get_vocab(self.model)
+        self.n = lc.llama_vocab_n_tokens(self.handle)
+
+    def piece(self, token: int) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = lc.llama_token_to_piece(self.handle, token, buf, len(buf), 0, False)
+        return buf.raw[:n]
+
+
+@pytest.fixture(scope="module")
+def vocab() -> Iterator[Vocab]:
+    v = Vocab()
+    yield v
+    lc.llama_model_free(v.model)
+
+
+@pytest.fixture(scope="module")
+def guides(vocab: Vocab) -> Guides:
+    return Guides.for_llamacpp(vocab.handle, vocab.n)
+
+
+def schema(value: object) -> OutputFormat:
+    return OutputFormat("json_schema", schema_text(value), "s")
+
+
+def allowed(guides: Guides, fmt: OutputFormat, vocab: Vocab) -> set[int]:
+    guide = guides.start(fmt)
+    logits = np.zeros(vocab.n, dtype=np.float32)
+    guide.constrain(logits)
+    return {int(t) for t in np.flatnonzero(logits == 0)}
+
+
+def test_an_enum_allows_only_the_pieces_that_begin_one_of_its_values(
+        guides: Guides, vocab: Vocab) -> None:
+    fmt = schema({"enum": ["yes", "no"]})
+    first = allowed(guides, fmt, vocab)
+    assert first, "the mask allows nothing"
+    texts = {vocab.piece(t) for t in first}
+    assert all(b'"yes"'.startswith(t.lstrip()) or b'"no"'.startswith(t.lstrip())
+               for t in texts), texts
+    assert b'"' in texts
+    assert len(first) < 100  # a handful out of 49152
+
+
+def test_a_guided_walk_writes_only_what_the_schema_admits(guides: Guides,
+                                                          vocab: Vocab) -> None:
+    """The worst case for a mask: at every step pick an allowed token at random (seeded),
+    as a sampler at a high temperature would; the result always validates."""
+    import jsonschema
+
+    spec = {"type": "object", "properties": {
+        "n": {"type": "integer", "minimum": 0, "maximum": 99},
+        "tag": {"enum": ["red", "green"]},
+        "xs": {"type": "array", "items": {"type": "boolean"}, "minItems": 1, "maxItems": 3}},
+        "required": ["n", "tag", "xs"], "additionalProperties": False}
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        guide = guides.start(schema(spec))
+        out = b""
+        for _ in range(400):
+            logits = np.zeros(vocab.n, dtype=np.float32)
+            guide.constrain(logits)
+            choices = np.flatnonzero(logits == 0)
+            token = int(rng.choice(choices))
+            if token == lc.llama_vocab_eos(vocab.handle):
+                break
+            assert guide.accept(token), guide.error
+            out += vocab.piece(token)
+            if guide.done:
+                break
+        else:
+            pytest.fail(f"no end after 400 tokens: {out!r}")
+        jsonschema.validate(json.loads(out), spec)
+
+
+@pytest.mark.parametrize(("value", "reason"), [
+    ({"not": {"type": "string"}}, "Unimplemented keys"),
+    ({"type": "integer", "minimum": 5, "maximum": 1}, "Unsatisfiable"),
+    ({"$ref": "#/$defs/missing"}, "does not exist"),
+    ({"$ref": "https://example.com/schema.json"}, "example.com"),
+    ({"type": "strnig"}, "strnig"),
+    (False, "admits no value"),
+])
+def test_a_schema_that_cannot_be_enforced_is_refused_naming_the_parameter(
+        guides: Guides, value: object, reason: str) -> None:
+    with pytest.raises(BadRequest) as caught:
+        guides.check(schema(value), "params.response_format")
+    assert caught.value.param == "params.response_format"
+    assert reason in caught.value.message
+
+
+@pytest.mark.parametrize("value", [
+    {"$defs": {"node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}}}},
+     "$ref": "#/$defs/node"},
+    {"anyOf": [{"type": "string", "pattern": "^[a-z]{3}$"}, {"type": "integer"}]},
+    {"type": "array", "items": {"type": "string", "format": "date"}, "minItems": 2},
+    {"type": "object", "properties": {"a": {"type": "object", "properties": {
+        "b": {"type": "number"}}, "required": ["b"]}}, "required": ["a"]},
+    True,
+])
+def test_the_json_schema_features_apps_use_compile(guides: Guides, value: object) -> None:
+    guides.check(schema(value))
+
+
+def test_a_compiled_grammar_is_kept_and_each_generation_gets_its_own_state(
+        guides: Guides, vocab: Vocab) -> None:
+    fmt = schema({"enum": ["alpha", "beta"]})
+    guides.check(fmt)
+    kept = dict(guides._compiled)  # the cache itself: what a second check reuses
+    guides.check(fmt)
+    assert dict(guides._compiled).keys() == kept.keys()
+    at_start = allowed(guides, fmt, vocab)
+    quote = next(t for t in at_start if vocab.piece(t) == b'"')
+    one = guides.start(fmt)
+    one.constrain(np.zeros(vocab.n, dtype=np.float32))
+    assert one.accept(quote)
+    after_quote = np.zeros(vocab.n, dtype=np.float32)
+    one.constrain(after_quote)
+    assert after_quote[quote] != 0  # inside the string now: no second opening quote
+    assert allowed(guides, fmt, vocab) == at_start  # a new generation starts afresh
+
+
+def test_rows_wider_than_the_vocabulary_never_allow_the_padding(guides: Guides,
+                                                                vocab: Vocab) -> None:
+    guide = guides.start(OutputFormat("json_object"))
+    logits = np.zeros(vocab.n + 64, dtype=np.float32)
+    guide.constrain(logits)
+    assert np.all(np.isneginf(logits[vocab.n:]))
+    assert np.any(logits[: vocab.n] == 0)
