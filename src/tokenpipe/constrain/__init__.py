@@ -4,6 +4,6 @@
 why (cost per token, JSON Schema coverage) and what each format promises."""
 
 from .grammars import grammar_of
-from .guide import Guide, Guides
+from .guide import Guide, Guides, build_in_background
 
-__all__ = ["Guide", "Guides", "grammar_of"]
+__all__ = ["Guide", "Guides", "build_in_background", "grammar_of"]

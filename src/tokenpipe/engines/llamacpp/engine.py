@@ -12,7 +12,6 @@ exact.py picks the kernels), so the caches and the batching never change an answ
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import queue
 import threading
@@ -21,7 +20,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from ...constrain import Guides
+from ...constrain import Guides, build_in_background
 from ...errors import EngineError, EngineUnavailable, MissingDependency
 from ...types import (
     EngineEvent,
@@ -114,9 +113,9 @@ class LlamaCppEngine(Engine):
         self.model_path = path
         # the grammar library's view of the vocabulary (~0.4 s): built beside the rest of
         # the load, awaited by the first request with an output format
-        self._guides: concurrent.futures.Future[Guides] = concurrent.futures.Future()
-        threading.Thread(target=self._build_guides, name="llamacpp-guides",
-                         daemon=True).start()
+        vocab = self._vocab
+        self._guides = build_in_background(
+            lambda: Guides.for_llamacpp(vocab.handle, vocab.n_tokens), "llamacpp-guides")
         self._new_context()
         log.info("loaded %s: context %d per sequence x %d, %d threads", path.name,
                  self.info.context_tokens, self.parallel, self._threads)
@@ -132,13 +131,6 @@ class LlamaCppEngine(Engine):
                                self.parallel)
         self._slots.reset(self._mem)
         self.rows_exact = exact.check(self.determinism, c, self._vocab.n_tokens, self.parallel)
-
-    def _build_guides(self) -> None:
-        try:
-            self._guides.set_result(Guides.for_llamacpp(self._vocab.handle,
-                                                        self._vocab.n_tokens))
-        except BaseException as exc:
-            self._guides.set_exception(exc)
 
     def check_format(self, request: GenerationRequest) -> None:
         assert request.format is not None

@@ -35,6 +35,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...constrain import Guide, Guides, build_in_background
 from ...errors import EngineError, EngineUnavailable, MissingDependency
 from ...text import IdDetokenizer
 from ...types import (
@@ -89,6 +90,7 @@ class _Seq:
     next_token: int = -1  # sampled, not yet in the cache
     sampler: Any = None
     detok: Any = None
+    guide: Guide | None = None  # the output format's grammar, when the request has one
     out: list[EngineEvent | BaseException] = field(default_factory=list)
 
 
@@ -133,11 +135,18 @@ class TransformersEngine(Engine):
         params = inspect.signature(self._model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self._batchable = mergeable(DynamicCache(config=self._model.config))
+        tok, n_logits = self._tok, int(self._model.get_output_embeddings().weight.shape[0])
+        self._guides = build_in_background(lambda: Guides.for_hf(tok, n_logits),
+                                           "transformers-guides")
         max_batch = self.parallel if self._batchable else 1
         self.info = EngineInfo("transformers", self.info.model_id,
                                min(int(native), self.options.context_size), max_batch)
         log.info("loaded %s on %s (%s): context %d, batch %d", source, device, dtype,
                  self.info.context_tokens, max_batch)
+
+    def check_format(self, request: GenerationRequest) -> None:
+        assert request.format is not None
+        self._guides.result().check(request.format)
 
     # ---- text ---------------------------------------------------------------------------
     def render(self, request: GenerationRequest) -> str:
@@ -277,8 +286,11 @@ class TransformersEngine(Engine):
         """Prefills `group` in one forward and appends the sequences that go on to the batch."""
         prompts = [list(seq.prepared.prompt_ids) for seq in group]
         for seq, prompt in zip(group, prompts, strict=True):
-            seq.sampler = Sampler(seq.prepared.request.params, prompt, self._device)
+            request = seq.prepared.request
+            seq.sampler = Sampler(request.params, prompt, self._device)
             seq.detok = self._detokenizer(prompt)
+            if request.format is not None:  # checked in prepare(): compiled and cached
+                seq.guide = self._guides.result().start(request.format)
         try:
             if self._step_hook is not None:
                 self._step_hook(list(group))
@@ -308,8 +320,8 @@ class TransformersEngine(Engine):
                               use_cache=True, logits_to_keep=1, **{self._cache_arg: batch.cache})
             logits = out.logits[:, -1, :]
             greedy = logits.argmax(dim=-1).tolist()
-            tokens = [greedy[i] if s.sampler.plain_greedy else self._choose(s, logits[i])
-                      for i, s in enumerate(rows)]
+            tokens = [greedy[i] if s.sampler.plain_greedy and s.guide is None
+                      else self._choose(s, logits[i]) for i, s in enumerate(rows)]
         except Exception as exc:  # the batch's cache is unusable: every row fails
             self._fail(rows, exc)
             batch.keep([])
@@ -321,6 +333,10 @@ class TransformersEngine(Engine):
     @staticmethod
     def _choose(seq: _Seq, logits: torch.Tensor) -> int:
         sampler: Sampler = seq.sampler
+        if seq.guide is not None:  # in place on a float32 CPU row (a copy for other dtypes)
+            row = logits.float().cpu()
+            seq.guide.constrain(row.numpy())
+            logits = row if logits.device.type == "cpu" else row.to(logits.device)
         return int(logits.argmax()) if sampler.plain_greedy else sampler.sample(logits)
 
     def _emit(self, seq: _Seq, token: int) -> bool:
@@ -334,7 +350,14 @@ class TransformersEngine(Engine):
         else:
             text = seq.detok.feed(token)
             seq.out.append(EngineText(text))
-            if seq.generated >= seq.prepared.max_tokens:
+            guide = seq.guide
+            if guide is not None and not guide.accept(token):  # this generation alone
+                seq.out.append(EngineError(f"the output format's grammar failed: "
+                                           f"{guide.error}"))
+                return False
+            if guide is not None and guide.done:  # nothing but the end may follow
+                finish = FinishReason.STOP
+            elif seq.generated >= seq.prepared.max_tokens:
                 finish = FinishReason.LENGTH
         if finish is None:
             return not seq.cancelled
