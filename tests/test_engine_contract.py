@@ -14,8 +14,8 @@ import pytest
 
 from tests.conftest import chat, close_after_texts
 from tokenpipe.config import engine_class
-from tokenpipe.engines.base import Engine, EngineOptions, bundled_model_path
 from tokenpipe.constrain.grammars import schema_text
+from tokenpipe.engines.base import Engine, EngineOptions, bundled_model_path
 from tokenpipe.errors import BadRequest, ContextOverflow
 from tokenpipe.types import (
     EngineFinish,
