@@ -12,6 +12,7 @@ exact.py picks the kernels), so the caches and the batching never change an answ
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import queue
 import threading
@@ -201,6 +202,9 @@ class LlamaCppEngine(Engine):
 
     def _free_context(self) -> None:
         self._free_run_state()
+        guides = getattr(self, "_guides", None)
+        if guides is not None:  # its thread reads the vocabulary: let it end first
+            concurrent.futures.wait([guides])
         if getattr(self, "_model", None):
             lc.llama_model_free(self._model)
             self._model = None
