@@ -5,6 +5,8 @@
     tokenpipe bench --reference llama-cpp-python   # plus the same prompt in-process, A B A B
     tokenpipe bench --compare http://127.0.0.1:8080 # another OpenAI-style server, A B A B
     tokenpipe bench --decode-steps -n 8             # llama.cpp alone: what batching can gain
+    tokenpipe bench --json-schema scripts/bench/story.schema.json --format-ab
+                                                    # with and without the format, A B A B
 
 Tokens are counted from the server's usage; time to first token is measured by the client
 from sending the request to receiving the first non-empty text.
@@ -14,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 DEFAULT_PROMPT = "Write a short story about a robot who learns to paint."
 
@@ -45,6 +49,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="no server: time llama.cpp's batched decode alone in this process\n"
                         "for 1, 2, 4 ... -n sequences (--model-path, --threads); the\n"
                         "most -n streams can gain over one on this machine and model")
+    p.add_argument("--json-schema", metavar="FILE",
+                   help="ask for output under this JSON Schema (response_format json_schema)")
+    p.add_argument("--format-ab", action="store_true",
+                   help="with --json-schema: each round runs the server without, then with,\n"
+                        "the format (what constrained decoding costs, side by side)")
     p.add_argument("--idle", type=int, metavar="N",
                    help="open N idle connections and report the server's memory per 1,000")
     p.set_defaults(run=run)
@@ -70,8 +79,17 @@ async def _rounds(args: argparse.Namespace) -> int:
 
     messages = [{"role": "user", "content": args.prompt}]
     label = f"tokenpipe-{args.api}"
+    args.response_format = _response_format(args.json_schema)
     targets: list[tuple[str, Callable[[], Awaitable[RunResult]]]] = [
         (label, lambda: server_run(label, args.api, args.url, args, messages))]
+    if args.format_ab:
+        if args.response_format is None:
+            raise SystemExit("--format-ab needs --json-schema FILE")
+        free = argparse.Namespace(**{**vars(args), "response_format": None})
+        targets.insert(0, (label + "-free", lambda: server_run(
+            label + "-free", args.api, args.url, free, messages)))
+        targets[1] = (label + "-schema", lambda: server_run(
+            label + "-schema", args.api, args.url, args, messages))
     if args.reference:  # in this process, while the server idles: A B A B
         from .reference import reference_run
 
@@ -91,3 +109,15 @@ async def _rounds(args: argparse.Namespace) -> int:
             print_run(result, args.json)
     print_medians(results)
     return 0
+
+
+def _response_format(path: str | None) -> dict[str, Any] | None:
+    """--json-schema FILE as OpenAI's response_format (tokenpipe.v1 takes the same)."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            schema = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"--json-schema {path}: {exc}") from None
+    return {"type": "json_schema", "json_schema": {"name": "bench", "schema": schema}}

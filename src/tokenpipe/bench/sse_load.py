@@ -26,6 +26,8 @@ async def sse_stream(url: str, args: argparse.Namespace,
                             "stream_options": {"include_usage": True}}
     if args.model:
         body["model"] = args.model
+    if getattr(args, "response_format", None) is not None:
+        body["response_format"] = args.response_format
     request = json.dumps(body).encode()
     origin = Origin(url.rstrip("/"), spares=False)
     arrived = False

@@ -102,8 +102,10 @@ async def ws_stream(url: str, args: argparse.Namespace,
                     messages: list[dict[str, str]], line: StartLine) -> StreamResult:
     """Opens the connection, then the clock starts when the server says hello."""
     result = StreamResult()
-    request = {"type": "generate", "id": "bench", "messages": messages,
-               "params": {"max_tokens": args.max_tokens, "temperature": 0.0}}
+    params: dict[str, Any] = {"max_tokens": args.max_tokens, "temperature": 0.0}
+    if getattr(args, "response_format", None) is not None:
+        params["response_format"] = args.response_format
+    request = {"type": "generate", "id": "bench", "messages": messages, "params": params}
     parts = urlsplit(url)
     if parts.scheme != "ws" or not parts.hostname:
         raise SystemExit(f"bench over WebSocket needs a ws://HOST:PORT/ws URL, not {url!r}")
