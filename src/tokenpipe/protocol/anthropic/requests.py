@@ -5,7 +5,8 @@
   tool_result, thinking, ...) is a 400 naming the field. A last `assistant` message (a
   prefill) is refused as Anthropic refuses it on models without prefill: the core renders
   every message as a closed turn, so it cannot continue one.
-- `system`: a string or `text` blocks. `max_tokens` is required, as Anthropic requires it.
+- `system`: a string or `text` blocks. `max_tokens` is required, as Anthropic requires it;
+  `model` may be absent (the server's model), as on the OpenAI door.
 - Sampling: `temperature` (absent: 1, as Anthropic), `top_p`, `top_k`, `stop_sequences`.
 - Accepted and ignored (they do not change the answer): `metadata`, `service_tier`,
   `cache_control` (also on blocks), `speed`, `inference_geo`, `diagnostics`,
@@ -63,6 +64,12 @@ def _block_text(block: Any, at: str) -> str:
     if extra:
         raise PydanticCustomError("extra_forbidden", "Extra inputs are not permitted",
                                   {"at": f"{at}.{extra[0]}"})
+    if not isinstance(block.get("cache_control", {}), dict | None):
+        raise PydanticCustomError("invalid_type", "Input should be a valid dictionary",
+                                  {"at": f"{at}.cache_control"})
+    if not isinstance(block.get("citations", []), list | None):
+        raise PydanticCustomError("invalid_type", "Input should be a valid list",
+                                  {"at": f"{at}.citations"})
     if block.get("citations"):  # null or [] pass: nothing else can be honoured
         raise PydanticCustomError("unsupported_value", "citations are not supported",
                                   {"at": f"{at}.citations"})
@@ -78,16 +85,18 @@ def _flatten(value: Any) -> Any:
     return value  # not text: the str field refuses it with pydantic's own words
 
 
-_TEXT_BLOCK = {"type": "object", "required": ["type", "text"],
+_TEXT_BLOCK = {"type": "object", "required": ["type", "text"], "additionalProperties": False,
                "properties": {"type": {"const": "text"}, "text": {"type": "string"},
-                              "cache_control": {"type": "object"}}}
+                              "cache_control": {"type": ["object", "null"],
+                                                "description": "Accepted and ignored."},
+                              "citations": {"type": ["array", "null"], "maxItems": 0}}}
 _CONTENT_SCHEMA = {"anyOf": [{"type": "string"}, {"type": "array", "items": _TEXT_BLOCK}],
                    "description": "Text, or a list of `text` blocks (joined with newlines); "
                                   "other block types are refused for now."}
 Content = Annotated[str, BeforeValidator(_flatten), WithJsonSchema(_CONTENT_SCHEMA)]
 # Optional as one nullable field: an error names `system`, not a branch of a union
-OptionalContent = Annotated[str | None, BeforeValidator(_flatten),
-                            WithJsonSchema(_CONTENT_SCHEMA)]
+OptionalContent = Annotated[str | None, BeforeValidator(_flatten), WithJsonSchema(
+    {**_CONTENT_SCHEMA, "anyOf": [*_CONTENT_SCHEMA["anyOf"], {"type": "null"}]})]
 
 
 def _refuse(neutral: tuple[Any, ...], message: str) -> Any:
@@ -120,7 +129,8 @@ class InputMessage(_Body):
 class _Prompt(_Body):
     """What /v1/messages and /v1/messages/count_tokens share: the conversation."""
 
-    model: str = Field(description="A model id from /v1/models.")
+    model: str | None = Field(default=None, description="A model id from /v1/models; "
+                              "absent means the server's model (Anthropic requires it).")
     messages: list[InputMessage] = Field(min_length=1)
     system: OptionalContent = None
     # #17: map tools / tool_choice to the core's tool request here, once it has one.

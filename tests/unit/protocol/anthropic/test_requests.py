@@ -95,6 +95,15 @@ def test_neutral_and_ignored_fields_pass() -> None:
      "messages.0.content.0.text: Input should be a valid string"),
     ({"messages": [{"role": "user", "content": [{"type": "text", "text": "a", "x": 1}]}]},
      "messages.0.content.0.x: Extra inputs are not permitted"),
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": "a",
+                                                 "cache_control": [None]}]}]},
+     "messages.0.content.0.cache_control: Input should be a valid dictionary"),
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": "a",
+                                                 "citations": {}}]}]},
+     "messages.0.content.0.citations: Input should be a valid list"),
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": "a",
+                                                 "citations": [{"type": "x"}]}]}]},
+     "messages.0.content.0.citations: citations are not supported"),
     ({"messages": [{"role": "user", "content": ["a"]}]},
      "messages.0.content.0: a content block is an object"),
     ({"messages": [{"role": "user", "content": "\ud800"}]},
@@ -119,8 +128,9 @@ def test_refusals_name_the_field(fields: dict[str, Any], message: str) -> None:
     assert refusal(body(**fields)).startswith(message)
 
 
-def test_model_and_max_tokens_are_required() -> None:
-    assert refusal({"max_tokens": 8, "messages": USER}) == "model: Field required"
+def test_max_tokens_is_required_model_is_not() -> None:
+    assert MessagesRequest.model_validate({"max_tokens": 8, "messages": USER}).to_request(
+    ).model is None  # the server's model, as on the OpenAI door
     assert refusal({"model": "m", "messages": USER}) == "max_tokens: Field required"
     assert refusal([]) == "The request body must be a JSON object."  # type: ignore[arg-type]
 
