@@ -1,4 +1,4 @@
-"""/v1/messages: Anthropic's Messages API (docs/protocol.md section 4). Thin: parse, start
+"""/v1/messages: Anthropic's Messages API (docs/protocol.md, "Anthropic Messages HTTP"). Thin: parse, start
 (or count), hand the session to MessageResponse. Every answer under /v1/messages has
 Anthropic's error shape and statuses, unknown paths and wrong methods too; the API key
 (`x-api-key` or `Authorization: Bearer`) is checked before any route (security.RequireKey).
