@@ -1,6 +1,7 @@
-"""The Anthropic Messages door (docs/protocol.md, "Anthropic Messages HTTP") over real servers, with the
-official `anthropic` package as the client: the fake engine for shapes, errors, queueing,
-faults and disconnects; the real model for the same text as /v1/chat/completions."""
+"""The Anthropic Messages door (docs/protocol.md, "Anthropic Messages HTTP") over real
+servers, with the official `anthropic` package as the client: the fake engine for shapes,
+errors, queueing, faults and disconnects; the real model for the same text as
+/v1/chat/completions."""
 
 from __future__ import annotations
 
@@ -117,7 +118,7 @@ def test_stop_sequences_end_the_answer_unsent(fake_server: ServerProcess) -> Non
         streamed = "".join(stream.text_stream)
         final = stream.get_final_message()
     assert whole.content[0].text == streamed == "one two "  # type: ignore[union-attr]
-    # the session does not say which stop string matched (docs/protocol.md, "Anthropic Messages HTTP")
+    # the session does not say which stop string matched (docs/protocol.md, Anthropic)
     assert whole.stop_reason == final.stop_reason == "end_turn"
     assert whole.stop_sequence is None and final.stop_sequence is None
 

@@ -1,4 +1,5 @@
-"""Anthropic Messages request bodies (docs/protocol.md, "Anthropic Messages HTTP"), text only for now:
+"""Anthropic Messages request bodies (docs/protocol.md, "Anthropic Messages HTTP"), text
+only for now:
 
 - `messages`: `user` / `assistant` turns in the order given, `content` a string or a list
   of `text` blocks (joined with newlines); any other block type (image, document, tool_use,

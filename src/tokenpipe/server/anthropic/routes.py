@@ -1,7 +1,8 @@
-"""/v1/messages: Anthropic's Messages API (docs/protocol.md, "Anthropic Messages HTTP"). Thin: parse, start
-(or count), hand the session to MessageResponse. Every answer under /v1/messages has
-Anthropic's error shape and statuses, unknown paths and wrong methods too; the API key
-(`x-api-key` or `Authorization: Bearer`) is checked before any route (security.RequireKey).
+"""/v1/messages: Anthropic's Messages API (docs/protocol.md, "Anthropic Messages HTTP").
+Thin: parse, start (or count), hand the session to SessionResponse. Every answer under
+/v1/messages has Anthropic's error shape and statuses, unknown paths and wrong methods
+too; the API key (`x-api-key` or `Authorization: Bearer`) is checked before any route
+(security.RequireKey).
 
 The handlers read and validate the body themselves (FastAPI would answer 422 in its own
 shape); the request models are documented in /docs through `openapi_extra`."""
@@ -22,8 +23,7 @@ from ...protocol.anthropic.requests import CountTokensRequest, MessagesRequest
 from ...protocol.anthropic.responses import ErrorResponse, MessageResponse, TokenCount
 from ...protocol.openai.schema import inline_schema
 from ..runtime import Runtime
-from .session_response import MessageResponse as SessionMessage
-from .session_response import error_response
+from .session_response import SessionResponse, error_response
 
 router = APIRouter(prefix="/v1/messages", tags=["anthropic"])
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -73,7 +73,7 @@ async def create_message(request: Request) -> Response:
         return error_response(validation_error(exc.errors()))
     except TokenpipeError as exc:
         return error_response(exc)
-    return SessionMessage(session, stream=body.stream,
+    return SessionResponse(session, stream=body.stream,
                           ping_s=_runtime(request).settings.sse_ping_interval_s)
 
 

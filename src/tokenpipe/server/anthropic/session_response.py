@@ -44,7 +44,7 @@ def error_response(exc: TokenpipeError) -> Response:
     return JSONResponse(error_body(exc), status_code=status_of(exc), headers=headers)
 
 
-class MessageResponse(Response):
+class SessionResponse(Response):
     """The ASGI response of one generation: SSE when `stream`, else one message."""
 
     def __init__(self, session: GenerationSession, *, stream: bool,

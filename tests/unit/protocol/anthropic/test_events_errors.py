@@ -1,4 +1,4 @@
-"""Anthropic's error map and event builders, and MessageResponse driven through raw ASGI
+"""Anthropic's error map and event builders, and SessionResponse driven through raw ASGI
 receive/send (STYLE.md item 11): event order, pings, queue, failures, disconnects."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from tokenpipe.errors import (
 from tokenpipe.protocol.anthropic.errors import covers, error_body, status_of
 from tokenpipe.protocol.anthropic.events import MessageRender, usage_json
 from tokenpipe.scheduler import Scheduler
-from tokenpipe.server.anthropic.session_response import MessageResponse, error_response
+from tokenpipe.server.anthropic.session_response import SessionResponse, error_response
 from tokenpipe.session import Finished
 from tokenpipe.types import FinishReason, GenerationRequest, Message, SamplingParams, Usage
 
@@ -87,7 +87,7 @@ def test_delta_event_is_valid_json_for_any_text() -> None:
             "delta": {"type": "text_delta", "text": text}}
 
 
-# ---- MessageResponse through raw ASGI messages -------------------------------------------
+# ---- SessionResponse through raw ASGI messages -------------------------------------------
 
 
 class Asgi:
@@ -133,7 +133,7 @@ async def serve(scheduler: Scheduler, text: str, *, stream: bool = True,
     session = session or scheduler.submit(GenerationRequest(
         messages=(Message("user", text),), params=SamplingParams(max_tokens=max_tokens)))
     asgi = asgi or Asgi()
-    response = MessageResponse(session, stream=stream, ping_s=ping_s)
+    response = SessionResponse(session, stream=stream, ping_s=ping_s)
     await asyncio.wait_for(response({"type": "http"}, asgi.receive, asgi.send), 30)
     return asgi, session
 
@@ -252,7 +252,7 @@ async def test_disconnect_cancels_a_whole_answer_too(scheduler: Scheduler) -> No
     asgi = Asgi()
     session = scheduler.submit(GenerationRequest(
         prompt="[[pace_ms=10]][[tokens=100000]]", params=SamplingParams(max_tokens=5000)))
-    task = asyncio.create_task(MessageResponse(session, stream=False)(
+    task = asyncio.create_task(SessionResponse(session, stream=False)(
         {"type": "http"}, asgi.receive, asgi.send))
     while session.completion_tokens < 3:  # noqa: ASYNC110 - the session has no such event
         await asyncio.sleep(0.005)
