@@ -102,6 +102,20 @@ class Scheduler:
                                                self.default_max_tokens)
         return self.submit(request, resumable=resumable, prepared=prepared)
 
+    async def count_tokens(self, request: GenerationRequest) -> int:
+        """The prompt's tokens as start() counts them (the engine's template, then its
+        encoding: what prepare() does), with no limit applied; a long prompt is counted in
+        a worker thread, as start() prepares it. EngineError where the engine has no
+        tokenizer (openai: its upstream counts)."""
+        if self._closing:
+            raise ShuttingDown("the server is shutting down")
+        if _prompt_chars(request) > INLINE_PROMPT_CHARS:
+            return await asyncio.to_thread(self._count, request)
+        return self._count(request)
+
+    def _count(self, request: GenerationRequest) -> int:
+        return len(self.engine.encode(request, self.engine.render(request)))
+
     def submit(self, request: GenerationRequest, *, resumable: bool = False,
                prepared: PreparedRequest | None = None) -> GenerationSession:
         """Checks the request and starts it (or queues it). Raises before anything runs."""

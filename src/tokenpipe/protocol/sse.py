@@ -1,5 +1,6 @@
-"""Server-sent events, encoded (sans-IO): one `data:` line per event, comment lines for
-pings and queue positions, the `[DONE]` that ends an OpenAI stream."""
+"""Server-sent events, encoded (sans-IO): one `data:` line per event (named with an
+`event:` line where the door's clients dispatch on it), comment lines for pings and queue
+positions, the `[DONE]` that ends an OpenAI stream."""
 
 from __future__ import annotations
 
@@ -23,3 +24,9 @@ def data(obj: BaseModel | dict[str, Any]) -> bytes:
 def comment(text: str) -> bytes:
     """A comment line: SSE clients (the OpenAI SDKs too) skip it; proxies see traffic."""
     return b": " + text.replace("\r", " ").replace("\n", " ").encode() + b"\n\n"
+
+
+def event(name: str, obj: dict[str, Any]) -> bytes:
+    """A named event (`event:` then `data:`), as Anthropic's Messages stream sends them."""
+    payload = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return b"event: " + name.encode() + b"\ndata: " + payload.encode() + b"\n\n"

@@ -26,6 +26,7 @@ from ..engines.base import Engine
 from ..logs import setup_logging
 from ..protocol.openai.errors import error_json
 from ..scheduler import Scheduler
+from .anthropic.routes import router as anthropic_router
 from .connection_caps import ConnectionCaps, open_fds, raise_fd_limit, throttle_accept_errors
 from .http_protocol import guarded_http
 from .openai.routes import lean_routes, unparsable
@@ -102,6 +103,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
                   summary="Stream a local LLM's answer token by token.")
     app.state.runtime = runtime
     app.router.routes[:0] = lean_routes()  # before FastAPI's own (see lean_routes)
+    app.include_router(anthropic_router)  # before openai's: its /v1/{path} catches all
     app.include_router(openai_router)
 
     @app.exception_handler(StarletteHTTPException)

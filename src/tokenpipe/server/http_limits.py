@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from http import HTTPStatus
 
 from ..config import Settings
+from ..protocol.anthropic.errors import covers as anthropic_path
+from ..protocol.anthropic.errors import error_json as anthropic_error_json
 from ..protocol.openai.errors import error_json
 
 
@@ -32,10 +34,13 @@ class HttpLimits:
 
 
 def error_body(status: int, message: str, path: bytes) -> bytes:
-    """In the route's own error shape: OpenAI's under /v1/ and on /ws (as the handshake's
-    other refusals), FastAPI's `detail` elsewhere; OpenAI's when the path is not known."""
-    if not path or path.startswith((b"/v1/", b"/ws")):
-        body: object = error_json(message, status=status)
+    """In the route's own error shape: Anthropic's under /v1/messages, OpenAI's elsewhere
+    under /v1/ and on /ws (as the handshake's other refusals), FastAPI's `detail`
+    elsewhere; OpenAI's when the path is not known."""
+    if anthropic_path(path.decode("latin-1")):
+        body: object = anthropic_error_json(message, status=status)
+    elif not path or path.startswith((b"/v1/", b"/ws")):
+        body = error_json(message, status=status)
     else:
         body = {"detail": message}
     return json.dumps(body).encode()

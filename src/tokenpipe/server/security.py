@@ -17,6 +17,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from ..config import Settings
+from ..protocol.anthropic.errors import covers as anthropic_path
+from ..protocol.anthropic.errors import error_json as anthropic_error_json
 from ..protocol.openai.errors import error_json
 from ..protocol.ws import BEARER_PREFIX
 from .runtime import Runtime
@@ -143,11 +145,14 @@ async def _deny(websocket: WebSocket, status: int, message: str) -> None:
 
 _NO_KEY = error_json("Incorrect or missing API key: send Authorization: Bearer KEY",
                      status=401, code="invalid_api_key")
+_NO_ANTHROPIC_KEY = anthropic_error_json("invalid x-api-key: send x-api-key: KEY (or "
+                                         "Authorization: Bearer KEY)", status=401)
 
 
 class RequireKey:
     """ASGI middleware: with an API key configured, every /v1/ request must carry it
-    (`Authorization: Bearer KEY`), or is answered 401 in OpenAI's shape before any route."""
+    (`Authorization: Bearer KEY`, or Anthropic's `x-api-key: KEY`), or is answered 401
+    before any route: in Anthropic's shape under /v1/messages, OpenAI's elsewhere."""
 
     def __init__(self, app: ASGIApp, settings: Settings) -> None:
         self.app = app
@@ -155,10 +160,19 @@ class RequireKey:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (self.key and scope["type"] == "http" and scope["path"].startswith("/v1/")
-                and not key_matches(self.key, _header(scope, b"authorization"), [])):
-            await JSONResponse(_NO_KEY, status_code=401)(scope, receive, send)
+                and not self._carries_key(scope)):
+            body = _NO_ANTHROPIC_KEY if anthropic_path(scope["path"]) else _NO_KEY
+            await JSONResponse(body, status_code=401)(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+    def _carries_key(self, scope: Scope) -> bool:
+        assert self.key is not None
+        if key_matches(self.key, _header(scope, b"authorization"), []):
+            return True
+        offered = _header(scope, b"x-api-key")
+        return offered is not None and hmac.compare_digest(offered.strip().encode(),
+                                                           self.key.encode())
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

@@ -28,6 +28,10 @@ class ModelRegistry:
         cannot be: an unknown model, a context overflow, a full queue, a shutdown."""
         return await self.route(request.model).start(request, resumable=resumable)
 
+    async def count_tokens(self, request: GenerationRequest) -> int:
+        """The prompt tokens start(request) would count, routed the same way."""
+        return await self.route(request.model).count_tokens(request)
+
     def route(self, model: str | None = None) -> Scheduler:
         """The scheduler serving `model` (None: the default model)."""
         if model is not None and model in self.schedulers:

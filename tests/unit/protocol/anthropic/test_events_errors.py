@@ -1,0 +1,275 @@
+"""Anthropic's error map and event builders, and SessionResponse driven through raw ASGI
+receive/send (STYLE.md item 11): event order, pings, queue, failures, disconnects."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+
+from tokenpipe.engines.fake import FakeEngine
+from tokenpipe.errors import (
+    BadRequest,
+    ContextOverflow,
+    EngineError,
+    EngineUnavailable,
+    Overloaded,
+    ShuttingDown,
+    TooManyStreams,
+    Unauthorized,
+    UnknownModel,
+)
+from tokenpipe.protocol.anthropic.errors import covers, error_body, status_of
+from tokenpipe.protocol.anthropic.events import MessageRender, usage_json
+from tokenpipe.scheduler import Scheduler
+from tokenpipe.server.anthropic.session_response import SessionResponse, error_response
+from tokenpipe.session import Finished
+from tokenpipe.types import FinishReason, GenerationRequest, Message, SamplingParams, Usage
+
+
+@pytest.mark.parametrize(("exc", "status", "kind"), [
+    (BadRequest("x"), 400, "invalid_request_error"),
+    (ContextOverflow("x", param="max_tokens"), 400, "invalid_request_error"),
+    (Unauthorized("x"), 401, "authentication_error"),
+    (UnknownModel("x", param="model"), 404, "not_found_error"),
+    (TooManyStreams("x"), 429, "rate_limit_error"),
+    (Overloaded("x", retry_after_ms=1000), 529, "overloaded_error"),
+    (EngineError("x"), 500, "api_error"),
+    (EngineUnavailable("x"), 503, "api_error"),
+    (ShuttingDown("x"), 503, "api_error"),
+])
+def test_every_error_maps_to_anthropics_status_and_type(exc: Any, status: int,
+                                                         kind: str) -> None:
+    assert status_of(exc) == status
+    body = error_body(exc)
+    assert body["type"] == "error" and body["error"]["type"] == kind
+    assert set(body["error"]) == {"type", "message"}
+
+
+def test_error_message_leads_with_the_field() -> None:
+    body = error_body(ContextOverflow("prompt (9 tokens) plus max_tokens (9) exceeds the "
+                                      "context", param="messages"))
+    assert body["error"]["message"].startswith("messages: prompt (9 tokens)")
+    body = error_body(ContextOverflow("max_tokens (9) exceeds", param="max_tokens"))
+    assert body["error"]["message"] == "max_tokens (9) exceeds"  # said once, not twice
+
+
+def test_full_queue_answers_529_with_retry_after() -> None:
+    response = error_response(Overloaded("full", retry_after_ms=1500))
+    assert response.status_code == 529
+    assert response.headers["retry-after"] == "2"
+    assert response.headers["retry-after-ms"] == "1500"
+
+
+def test_paths_in_anthropics_shape() -> None:
+    assert covers("/v1/messages") and covers("/v1/messages/count_tokens")
+    assert covers("/v1/messages?beta=true")
+    assert not covers("/v1/messagesX") and not covers("/v1/chat/completions")
+
+
+def test_usage_follows_anthropics_meaning() -> None:
+    assert usage_json(Usage(prompt_tokens=10, completion_tokens=3, cached_tokens=4)) == {
+        "input_tokens": 6, "output_tokens": 3, "cache_read_input_tokens": 4,
+        "cache_creation_input_tokens": 0}
+
+
+def test_delta_event_is_valid_json_for_any_text() -> None:
+    for text in ("plain", 'quote " and \\ back', "line\nbreak", "日本 🎉", "\u2028"):
+        raw = MessageRender.delta(text).decode()
+        name, data = raw.split("\n", 1)
+        assert name == "event: content_block_delta" and raw.endswith("\n\n")
+        assert "\n" not in data.strip()
+        assert json.loads(data.removeprefix("data: ")) == {
+            "type": "content_block_delta", "index": 0,
+            "delta": {"type": "text_delta", "text": text}}
+
+
+# ---- SessionResponse through raw ASGI messages -------------------------------------------
+
+
+class Asgi:
+    """receive/send of one HTTP request: the test injects http.disconnect when it likes."""
+
+    def __init__(self) -> None:
+        self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.sent: list[tuple[float, dict[str, Any]]] = []
+        self.on_send: Any = None
+
+    async def receive(self) -> dict[str, Any]:
+        return await self.inbox.get()
+
+    async def send(self, message: Any) -> None:
+        self.sent.append((time.monotonic(), message))
+        if self.on_send is not None:
+            self.on_send(message)
+
+    def disconnect(self) -> None:
+        self.inbox.put_nowait({"type": "http.disconnect"})
+
+    @property
+    def start(self) -> dict[str, Any]:
+        return self.sent[0][1]
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(m.get("body", b"") for _, m in self.sent[1:])
+
+    def events(self) -> list[tuple[str, Any]]:
+        """(event name, data) of every named event, in order."""
+        out = []
+        for block in self.body.decode().split("\n\n"):
+            lines = block.split("\n")
+            if lines[0].startswith("event: "):
+                out.append((lines[0][7:], json.loads(lines[1].removeprefix("data: "))))
+        return out
+
+
+async def serve(scheduler: Scheduler, text: str, *, stream: bool = True,
+                max_tokens: int = 64, ping_s: float = 15.0, asgi: Asgi | None = None,
+                session: Any = None) -> tuple[Asgi, Any]:
+    session = session or scheduler.submit(GenerationRequest(
+        messages=(Message("user", text),), params=SamplingParams(max_tokens=max_tokens)))
+    asgi = asgi or Asgi()
+    response = SessionResponse(session, stream=stream, ping_s=ping_s)
+    await asyncio.wait_for(response({"type": "http"}, asgi.receive, asgi.send), 30)
+    return asgi, session
+
+
+@pytest.fixture
+def scheduler() -> Scheduler:
+    return Scheduler(FakeEngine())
+
+
+def text_of(events: list[tuple[str, Any]]) -> str:
+    return "".join(d["delta"]["text"] for n, d in events if n == "content_block_delta")
+
+
+async def test_stream_events_in_anthropics_order(scheduler: Scheduler) -> None:
+    asgi, session = await serve(scheduler, "[[echo]] héllo wörld")
+    assert asgi.start["status"] == 200
+    assert dict(asgi.start["headers"])[b"content-type"].startswith(b"text/event-stream")
+    events = asgi.events()
+    names = [n for n, _ in events]
+    assert names[:3] == ["message_start", "content_block_start", "ping"]
+    assert set(names[3:-3]) == {"content_block_delta"}
+    assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+    message = events[0][1]["message"]
+    assert message["content"] == [] and message["stop_reason"] is None
+    assert message["id"].startswith("msg_") and message["model"] == "fake"
+    assert message["usage"]["input_tokens"] == session.prepared.prompt_tokens
+    assert events[1][1]["content_block"] == {"type": "text", "text": ""}
+    assert text_of(events) == "héllo wörld"
+    delta = events[-2][1]
+    assert delta["delta"] == {"stop_reason": "end_turn", "stop_sequence": None}
+    assert delta["usage"]["output_tokens"] == session.completion_tokens
+    assert asgi.sent[-1][1]["more_body"] is False
+
+
+async def test_max_tokens_is_stop_reason_max_tokens(scheduler: Scheduler) -> None:
+    whole, _ = await serve(scheduler, "[[tokens=100]]", max_tokens=5, stream=False)
+    answer = json.loads(whole.body)
+    assert answer["stop_reason"] == "max_tokens" and answer["usage"]["output_tokens"] == 5
+    streamed, _ = await serve(scheduler, "[[tokens=100]]", max_tokens=5)
+    assert streamed.events()[-2][1]["delta"]["stop_reason"] == "max_tokens"
+
+
+async def test_whole_answer_matches_stream(scheduler: Scheduler) -> None:
+    whole, _ = await serve(scheduler, "[[tokens=40]]", stream=False)
+    streamed, _ = await serve(scheduler, "[[tokens=40]]")
+    answer = json.loads(whole.body)
+    assert set(answer) == {"id", "type", "role", "model", "content", "stop_reason",
+                           "stop_sequence", "usage"}
+    assert answer["type"] == "message" and answer["role"] == "assistant"
+    events = streamed.events()
+    assert answer["content"] == [{"type": "text", "text": text_of(events)}]
+    assert answer["usage"] == events[-2][1]["usage"]
+    assert answer["stop_reason"] == events[-2][1]["delta"]["stop_reason"]
+
+
+async def test_failure_before_first_token_is_an_http_status(scheduler: Scheduler) -> None:
+    for stream in (True, False):
+        asgi, _ = await serve(scheduler, "[[fail_after=0]]", stream=stream)
+        assert asgi.start["status"] == 500
+        assert json.loads(asgi.body) == {"type": "error", "error": {
+            "type": "api_error", "message": "fake engine fault after 0 tokens"}}
+
+
+async def test_failure_after_first_token_is_an_error_event(scheduler: Scheduler) -> None:
+    asgi, _ = await serve(scheduler, "[[fail_after=3]][[pace_ms=5]]")
+    events = asgi.events()
+    assert asgi.start["status"] == 200
+    assert events[0][0] == "message_start"
+    assert events[-1] == ("error", {"type": "error", "error": {
+        "type": "api_error", "message": "fake engine fault after 3 tokens"}})
+    assert "message_stop" not in [n for n, _ in events]
+    assert asgi.sent[-1][1]["more_body"] is False
+
+
+async def test_idle_stream_gets_ping_events(scheduler: Scheduler) -> None:
+    asgi, _ = await serve(scheduler, "[[pace_ms=150]][[tokens=2]]", ping_s=0.02)
+    assert asgi.start["status"] == 200  # a due ping commits the headers before any token
+    assert asgi.sent[1][1]["body"] == b'event: ping\ndata: {"type":"ping"}\n\n'
+    names = [n for n, _ in asgi.events()]
+    first_delta = names.index("content_block_delta")
+    assert "ping" in names[first_delta:]  # between tokens too
+    assert names[-1] == "message_stop"
+
+
+async def test_queued_request_hears_its_position() -> None:
+    small = Scheduler(FakeEngine(max_batch=1))
+    first = small.submit(GenerationRequest(prompt="[[pace_ms=20]][[tokens=5]]"))
+    asgi, _ = await serve(small, "[[echo]] later")
+    assert first.final is not None
+    assert asgi.sent[1][1]["body"] == b": queued position=1\n\n"
+    assert text_of(asgi.events()) == "later"
+
+
+async def test_disconnect_cancels_within_one_step(scheduler: Scheduler) -> None:
+    session = scheduler.submit(GenerationRequest(
+        prompt="[[pace_ms=10]][[tokens=100000]]", params=SamplingParams(max_tokens=5000)))
+    asgi = Asgi()
+    seen: list[int] = []
+
+    def on_send(message: dict[str, Any]) -> None:
+        if b"text_delta" in message.get("body", b"") and not seen:
+            seen.append(session.completion_tokens)
+            asgi.disconnect()  # the client leaves right after its first text
+
+    asgi.on_send = on_send
+    await serve(scheduler, "", asgi=asgi, session=session)
+    await asyncio.wait_for(session.done.wait(), 5)
+    assert isinstance(session.final, Finished)
+    assert session.final.reason is FinishReason.CANCELLED
+    assert session.completion_tokens <= seen[0] + 1  # at most the step already under way
+    assert scheduler.running == 0
+    assert asgi.sent[-1][1].get("more_body") is True  # no message_stop: nobody listens
+
+
+async def test_disconnect_cancels_a_whole_answer_too(scheduler: Scheduler) -> None:
+    asgi = Asgi()
+    session = scheduler.submit(GenerationRequest(
+        prompt="[[pace_ms=10]][[tokens=100000]]", params=SamplingParams(max_tokens=5000)))
+    task = asyncio.create_task(SessionResponse(session, stream=False)(
+        {"type": "http"}, asgi.receive, asgi.send))
+    while session.completion_tokens < 3:  # noqa: ASYNC110 - the session has no such event
+        await asyncio.sleep(0.005)
+    asgi.disconnect()
+    await asyncio.wait_for(task, 5)
+    assert isinstance(session.final, Finished)
+    assert session.final.reason is FinishReason.CANCELLED
+    assert asgi.sent == []
+    assert scheduler.running == 0
+
+
+async def test_count_tokens_equals_what_the_start_counts() -> None:
+    scheduler = Scheduler(FakeEngine(context_tokens=32768))
+    for text in ("hi", "x" * 20000):  # the long one is counted in a worker thread
+        request = GenerationRequest(messages=(Message("system", "s"), Message("user", text)),
+                                    params=SamplingParams(max_tokens=4))
+        counted = await scheduler.count_tokens(request)
+        session = await scheduler.start(request)
+        assert counted == session.prepared.prompt_tokens > 0
+        await session.done.wait()
