@@ -97,7 +97,8 @@ class Scheduler:
         self._check_max_tokens(request)
         prepared = None
         # a format's grammar may take the compiler up to a second the first time
-        if _prompt_chars(request) > INLINE_PROMPT_CHARS or request.format is not None:
+        if (_prompt_chars(request) > INLINE_PROMPT_CHARS or request.format is not None
+                or request.tools):
             prepared = await asyncio.to_thread(self.engine.prepare, request,
                                                self.default_max_tokens)
         return self.submit(request, resumable=resumable, prepared=prepared)

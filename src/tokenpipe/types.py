@@ -9,13 +9,46 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:  # errors.py imports nothing of tokenpipe either
     from .errors import TokenpipeError
 
-Role = Literal["system", "user", "assistant"]
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A call the assistant made: `arguments` is the JSON text it wrote."""
+
+    id: str
+    name: str
+    arguments: str
 
 
 @dataclass(frozen=True, slots=True)
 class Message:
+    """A chat turn. An assistant turn may carry the tool calls it made; a `tool` turn is
+    one call's result, `tool_call_id` naming the call."""
+
     role: Role
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A function the model may call: `parameters` is its JSON Schema as JSON text."""
+
+    name: str
+    description: str | None = None
+    parameters: str = '{"type":"object","properties":{}}'
+
+
+@dataclass(frozen=True, slots=True)
+class ToolChoice:
+    """`auto` (text or calls), `none` (text only), `required` (at least one call), or
+    `function` (a call of `name`); `parallel`: more than one call allowed."""
+
+    mode: Literal["auto", "none", "required", "function"] = "auto"
+    name: str | None = None
+    parallel: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +93,8 @@ class GenerationRequest:
     params: SamplingParams = field(default_factory=SamplingParams)
     model: str | None = None
     format: OutputFormat | None = None  # None: free text
+    tools: tuple[Tool, ...] = ()
+    tool_choice: ToolChoice = field(default_factory=ToolChoice)
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.prompt is None):
@@ -69,6 +104,7 @@ class GenerationRequest:
 class FinishReason(enum.StrEnum):
     STOP = "stop"
     LENGTH = "length"
+    TOOL_CALLS = "tool_calls"  # the answer ended with one or more complete tool calls
     CANCELLED = "cancelled"
 
 
@@ -127,10 +163,34 @@ class Started:
     stream: str | None  # resume token, only for resumable sessions
 
 
+Channel = Literal["content", "reasoning", "tool_call"]
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """Text of a channel other than the answer's content, as the session keeps it: the
+    reasoning, or a tool call's argument JSON (the first part of a call carries its `id`
+    and `name`; `index` numbers the calls of one answer from 0)."""
+
+    text: str
+    channel: Channel
+    index: int = 0
+    call_id: str | None = None
+    name: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Delta:
+    """The answer's next text. Content unless `channel` says otherwise; a `tool_call`
+    delta's `index` names the call, and the call's first delta has its `call_id` and
+    `name` (its text may be empty)."""
+
     seq: int
     text: str
+    channel: Channel = "content"
+    index: int = 0
+    call_id: str | None = None
+    name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

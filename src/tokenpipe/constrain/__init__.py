@@ -3,7 +3,7 @@
 (guide.py). One library, llguidance, for both local engines: docs/structured-output.md says
 why (cost per token, JSON Schema coverage) and what each format promises."""
 
-from .grammars import grammar_of
+from .grammars import grammar_for, grammar_of
 from .guide import Guide, Guides, build_in_background
 
-__all__ = ["Guide", "Guides", "build_in_background", "grammar_of"]
+__all__ = ["Guide", "Guides", "build_in_background", "grammar_for", "grammar_of"]

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from llguidance._lib import JsonCompileOptions
 
 from ..errors import BadRequest
-from ..types import OutputFormat
+from ..types import GenerationRequest, OutputFormat
 
 # Whitespace between JSON tokens: what a model writes when it pretty-prints (a newline and
 # indentation), bounded per gap, so that a model cannot spend its whole answer on blanks.
@@ -60,6 +60,18 @@ def grammar_of(fmt: OutputFormat, param: str = "response_format") -> str:
         return str(llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=_OPTIONS))
     except ValueError as exc:
         raise BadRequest(f"the JSON schema is not a JSON object: {exc}", param=param) from None
+
+
+def grammar_for(request: GenerationRequest) -> tuple[str, str] | None:
+    """The grammar an answer to `request` is generated under, and the parameter a client
+    set to ask for it (None: free text)."""
+    if request.tools:
+        from .tools import tools_grammar
+
+        return tools_grammar(request), "tools"
+    if request.format is not None:
+        return grammar_of(request.format), "response_format"
+    return None
 
 
 def schema_text(schema: Any) -> str:

@@ -18,8 +18,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import BadRequest
-from ..types import OutputFormat
-from .grammars import grammar_of
 
 if TYPE_CHECKING:
     import llguidance
@@ -60,14 +58,13 @@ class Guides:
 
         return cls(llguidance.hf.from_tokenizer(tokenizer), n_logits)
 
-    def check(self, fmt: OutputFormat, param: str = "response_format") -> None:
-        """Compiles `fmt` (or finds it compiled); BadRequest naming `param`, with the
+    def check(self, grammar: str, param: str) -> None:
+        """Compiles `grammar` (or finds it compiled); BadRequest naming `param`, with the
         library's reason, when it cannot be: never a silently unconstrained answer."""
-        self._pristine(grammar_of(fmt, param), param)
+        self._pristine(grammar, param)
 
-    def start(self, fmt: OutputFormat) -> Guide:
+    def start(self, grammar: str) -> Guide:
         """A guide at the grammar's start, for one generation."""
-        grammar = grammar_of(fmt)
         return Guide(self._pristine(grammar, "response_format").deep_copy(), self)
 
     def _pristine(self, grammar: str, param: str) -> llguidance.LLMatcher:

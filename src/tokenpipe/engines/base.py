@@ -94,13 +94,15 @@ class Engine(abc.ABC):
     def forget(self, prepared: PreparedRequest) -> None:  # noqa: B027 - optional
         """stream(prepared) will never run (cancelled before it started): undo begin()."""
 
-    def check_format(self, request: GenerationRequest) -> None:
-        """Raises BadRequest naming `response_format` unless the engine will enforce
-        `request.format` (the local engines compile its grammar here, so a schema they
-        cannot enforce is refused before anything runs). Called by prepare(), which the
-        scheduler runs in a worker thread for such requests: this may block."""
-        raise BadRequest(f"the {self.info.name} engine cannot constrain its output to a "
-                         "format", param="response_format")
+    def check_output(self, request: GenerationRequest) -> None:
+        """Raises BadRequest naming `response_format` or `tools` unless the engine will
+        enforce the request's output format and tools (the local engines compile their
+        grammar here, so what they cannot enforce is refused before anything runs).
+        Called by prepare(), which the scheduler runs in a worker thread for such
+        requests: this may block."""
+        param = "tools" if request.tools else "response_format"
+        raise BadRequest(f"the {self.info.name} engine cannot constrain its output to "
+                         f"{'tool calls' if request.tools else 'a format'}", param=param)
 
     def encode(self, request: GenerationRequest, text: str) -> Sequence[int]:
         """The prompt's ids: the rendered chat as it is (the template writes its own special
@@ -112,8 +114,8 @@ class Engine(abc.ABC):
         A prompt that leaves no room for one token is the prompt's fault (`param` names
         `messages` or `prompt`), one that leaves too little for an explicit max_tokens is
         max_tokens' (an absent one means "the default, or what still fits")."""
-        if request.format is not None:
-            self.check_format(request)
+        if request.format is not None or request.tools:
+            self.check_output(request)
         text = self.render(request)
         ids = self.encode(request, text)
         prompt_param = "prompt" if request.prompt is not None else "messages"

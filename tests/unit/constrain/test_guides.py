@@ -18,7 +18,7 @@ if not os.environ.get("CI"):
 import llama_cpp as lc
 
 from tokenpipe.constrain import Guides
-from tokenpipe.constrain.grammars import schema_text
+from tokenpipe.constrain.grammars import grammar_of, schema_text
 from tokenpipe.engines.base import bundled_model_path
 from tokenpipe.errors import BadRequest
 from tokenpipe.types import OutputFormat
@@ -58,7 +58,7 @@ def schema(value: object) -> OutputFormat:
 
 
 def allowed(guides: Guides, fmt: OutputFormat, vocab: Vocab) -> set[int]:
-    guide = guides.start(fmt)
+    guide = guides.start(grammar_of(fmt))
     logits = np.zeros(vocab.n, dtype=np.float32)
     guide.constrain(logits)
     return {int(t) for t in np.flatnonzero(logits == 0)}
@@ -89,7 +89,7 @@ def test_a_guided_walk_writes_only_what_the_schema_admits(guides: Guides,
         "required": ["n", "tag", "xs"], "additionalProperties": False}
     rng = np.random.default_rng(3)
     for _ in range(20):
-        guide = guides.start(schema(spec))
+        guide = guides.start(grammar_of(schema(spec)))
         out = b""
         for _ in range(400):
             logits = np.zeros(vocab.n, dtype=np.float32)
@@ -118,7 +118,8 @@ def test_a_guided_walk_writes_only_what_the_schema_admits(guides: Guides,
 def test_a_schema_that_cannot_be_enforced_is_refused_naming_the_parameter(
         guides: Guides, value: object, reason: str) -> None:
     with pytest.raises(BadRequest) as caught:
-        guides.check(schema(value), "params.response_format")
+        param = "params.response_format"
+        guides.check(grammar_of(schema(value), param), param)
     assert caught.value.param == "params.response_format"
     assert reason in caught.value.message
 
@@ -133,19 +134,19 @@ def test_a_schema_that_cannot_be_enforced_is_refused_naming_the_parameter(
     True,
 ])
 def test_the_json_schema_features_apps_use_compile(guides: Guides, value: object) -> None:
-    guides.check(schema(value))
+    guides.check(grammar_of(schema(value)), "response_format")
 
 
 def test_a_compiled_grammar_is_kept_and_each_generation_gets_its_own_state(
         guides: Guides, vocab: Vocab) -> None:
     fmt = schema({"enum": ["alpha", "beta"]})
-    guides.check(fmt)
+    guides.check(grammar_of(fmt), "response_format")
     kept = dict(guides._compiled)  # the cache itself: what a second check reuses
-    guides.check(fmt)
+    guides.check(grammar_of(fmt), "response_format")
     assert dict(guides._compiled).keys() == kept.keys()
     at_start = allowed(guides, fmt, vocab)
     quote = next(t for t in at_start if vocab.piece(t) == b'"')
-    one = guides.start(fmt)
+    one = guides.start(grammar_of(fmt))
     one.constrain(np.zeros(vocab.n, dtype=np.float32))
     assert one.accept(quote)
     after_quote = np.zeros(vocab.n, dtype=np.float32)
@@ -156,7 +157,7 @@ def test_a_compiled_grammar_is_kept_and_each_generation_gets_its_own_state(
 
 def test_rows_wider_than_the_vocabulary_never_allow_the_padding(guides: Guides,
                                                                 vocab: Vocab) -> None:
-    guide = guides.start(OutputFormat("json_object"))
+    guide = guides.start(grammar_of(OutputFormat("json_object")))
     logits = np.zeros(vocab.n + 64, dtype=np.float32)
     guide.constrain(logits)
     assert np.all(np.isneginf(logits[vocab.n:]))

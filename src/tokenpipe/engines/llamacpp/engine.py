@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from ...constrain import Guides, build_in_background
+from ...constrain import Guides, build_in_background, grammar_for
 from ...errors import EngineError, EngineUnavailable, MissingDependency
 from ...types import (
     EngineEvent,
@@ -133,9 +133,10 @@ class LlamaCppEngine(Engine):
         self._slots.reset(self._mem)
         self.rows_exact = exact.check(self.determinism, c, self._vocab.n_tokens, self.parallel)
 
-    def check_format(self, request: GenerationRequest) -> None:
-        assert request.format is not None
-        self._guides.result().check(request.format)
+    def check_output(self, request: GenerationRequest) -> None:
+        grammar = grammar_for(request)
+        assert grammar is not None
+        self._guides.result().check(*grammar)
 
     # ---- text ---------------------------------------------------------------------------
     def render(self, request: GenerationRequest) -> str:
@@ -283,8 +284,9 @@ class LlamaCppEngine(Engine):
         request = seq.prepared.request
         seq.sampler = make_sampler(request.params, self._vocab.n_tokens,
                                    seq.prompt, self.info.context_tokens)
-        if request.format is not None:  # checked in prepare(): compiled and cached
-            seq.guide = self._guides.result().start(request.format)
+        grammar = grammar_for(request)
+        if grammar is not None:  # checked in prepare(): compiled and cached
+            seq.guide = self._guides.result().start(grammar[0])
 
     def _release(self, seq: Seq) -> None:
         self._slots.release(seq)

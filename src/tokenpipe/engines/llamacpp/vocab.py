@@ -8,6 +8,7 @@ from typing import Any
 import llama_cpp as lc
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
+from ...constrain.tools import chat_messages, template_takes_tools
 from ...types import GenerationRequest
 
 
@@ -18,16 +19,16 @@ class Vocab:
         self.n_tokens: int = lc.llama_vocab_n_tokens(self.handle)
         self._pieces: dict[int, bytes] = {}
         self._formatter = self._chat_formatter()
+        self._takes_tools = template_takes_tools(self._meta("tokenizer.chat_template"))
 
     def render(self, request: GenerationRequest) -> str:
         """The prompt text: a raw prompt as it is, messages through the GGUF's template."""
         if request.prompt is not None:
             return request.prompt
-        assert request.messages is not None
-        messages = [{"role": m.role, "content": m.content} for m in request.messages]
+        messages, tools = chat_messages(request, self._takes_tools)
         if self._formatter is None:  # no template in the GGUF: a plain transcript
             return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
-        return self._formatter(messages=messages).prompt  # type: ignore[arg-type]
+        return self._formatter(messages=messages, tools=tools).prompt  # type: ignore[arg-type]
 
     def tokenize(self, text: str, *, add_special: bool = False) -> list[int]:
         data = text.encode()

@@ -137,9 +137,12 @@ class OpenAIEngine(Engine):
     def tokenize(self, text: str) -> Sequence[int]:
         raise EngineError("the openai engine has no tokenizer: its upstream counts tokens")
 
-    def check_format(self, request: GenerationRequest) -> None:
+    def check_output(self, request: GenerationRequest) -> None:
         """The upstream enforces the format (response_format goes with the request); it
-        refuses what it cannot, and that refusal reaches the client as its 400."""
+        refuses what it cannot, and that refusal reaches the client as its 400. Tools are
+        not forwarded yet."""
+        if request.tools:
+            super().check_output(request)
 
     def prepare(self, request: GenerationRequest, default_max_tokens: int) -> PreparedRequest:
         """No local token count (prompt_ids stays empty): only what is sure without one is
@@ -147,8 +150,8 @@ class OpenAIEngine(Engine):
         limit = self.info.context_tokens
         asked = request.params.max_tokens
         max_tokens = min(default_max_tokens, limit - 1) if asked is None else asked
-        if request.format is not None:
-            self.check_format(request)
+        if request.format is not None or request.tools:
+            self.check_output(request)
         if max_tokens >= limit:  # the prompt takes at least one token
             raise ContextOverflow(f"max_tokens ({max_tokens}) leaves no room for a prompt in "
                                   f"the context of {limit} tokens", param="max_tokens")

@@ -35,7 +35,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...constrain import Guide, Guides, build_in_background
+from ...constrain import Guide, Guides, build_in_background, grammar_for
+from ...constrain.tools import chat_messages, template_takes_tools
 from ...errors import EngineError, EngineUnavailable, MissingDependency
 from ...text import IdDetokenizer
 from ...types import (
@@ -144,20 +145,21 @@ class TransformersEngine(Engine):
         log.info("loaded %s on %s (%s): context %d, batch %d", source, device, dtype,
                  self.info.context_tokens, max_batch)
 
-    def check_format(self, request: GenerationRequest) -> None:
-        assert request.format is not None
-        self._guides.result().check(request.format)
+    def check_output(self, request: GenerationRequest) -> None:
+        grammar = grammar_for(request)
+        assert grammar is not None
+        self._guides.result().check(*grammar)
 
     # ---- text ---------------------------------------------------------------------------
     def render(self, request: GenerationRequest) -> str:
         if request.prompt is not None:
             return request.prompt
-        assert request.messages is not None
-        messages = [{"role": m.role, "content": m.content} for m in request.messages]
-        if not getattr(self._tok, "chat_template", None):  # a plain transcript, as llamacpp
+        template = getattr(self._tok, "chat_template", None)
+        messages, tools = chat_messages(request, template_takes_tools(template))
+        if not template:  # a plain transcript, as llamacpp
             return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
-        text: str = self._tok.apply_chat_template(messages, add_generation_prompt=True,
-                                                  tokenize=False)
+        text: str = self._tok.apply_chat_template(messages, tools=tools,
+                                                  add_generation_prompt=True, tokenize=False)
         return text
 
     def tokenize(self, text: str, *, add_special: bool = False) -> list[int]:
@@ -289,8 +291,9 @@ class TransformersEngine(Engine):
             request = seq.prepared.request
             seq.sampler = Sampler(request.params, prompt, self._device)
             seq.detok = self._detokenizer(prompt)
-            if request.format is not None:  # checked in prepare(): compiled and cached
-                seq.guide = self._guides.result().start(request.format)
+            grammar = grammar_for(request)
+            if grammar is not None:  # checked in prepare(): compiled and cached
+                seq.guide = self._guides.result().start(grammar[0])
         try:
             if self._step_hook is not None:
                 self._step_hook(list(group))
