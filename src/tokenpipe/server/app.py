@@ -28,6 +28,7 @@ from ..protocol.openai.errors import error_json
 from ..scheduler import Scheduler
 from .connection_caps import ConnectionCaps, open_fds, raise_fd_limit, throttle_accept_errors
 from .http_protocol import guarded_http
+from .ollama.routes import routes as ollama_routes
 from .openai.routes import lean_routes, unparsable
 from .openai.routes import router as openai_router
 from .runtime import Runtime
@@ -103,6 +104,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.state.runtime = runtime
     app.router.routes[:0] = lean_routes()  # before FastAPI's own (see lean_routes)
     app.include_router(openai_router)
+    app.router.routes.extend(ollama_routes())  # /api: Ollama's API
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:

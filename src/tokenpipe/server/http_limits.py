@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 
 from ..config import Settings
+from ..protocol.ollama.errors import error_json as ollama_error
 from ..protocol.openai.errors import error_json
 
 
@@ -33,9 +34,12 @@ class HttpLimits:
 
 def error_body(status: int, message: str, path: bytes) -> bytes:
     """In the route's own error shape: OpenAI's under /v1/ and on /ws (as the handshake's
-    other refusals), FastAPI's `detail` elsewhere; OpenAI's when the path is not known."""
+    other refusals), Ollama's under /api/, FastAPI's `detail` elsewhere; OpenAI's when the
+    path is not known."""
     if not path or path.startswith((b"/v1/", b"/ws")):
         body: object = error_json(message, status=status)
+    elif path.startswith(b"/api/"):
+        body = ollama_error(message)
     else:
         body = {"detail": message}
     return json.dumps(body).encode()

@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from ..config import Settings
+from ..protocol.ollama.errors import error_json as ollama_error
 from ..protocol.openai.errors import error_json
 from ..protocol.ws import BEARER_PREFIX
 from .runtime import Runtime
@@ -143,21 +144,28 @@ async def _deny(websocket: WebSocket, status: int, message: str) -> None:
 
 _NO_KEY = error_json("Incorrect or missing API key: send Authorization: Bearer KEY",
                      status=401, code="invalid_api_key")
+_NO_KEY_OLLAMA = ollama_error("unauthorized: missing or wrong API key (send Authorization: "
+                              "Bearer KEY)")
 
 
 class RequireKey:
-    """ASGI middleware: with an API key configured, every /v1/ request must carry it
-    (`Authorization: Bearer KEY`), or is answered 401 in OpenAI's shape before any route."""
+    """ASGI middleware: with an API key configured, every /v1/ and /api/ request must carry
+    it (`Authorization: Bearer KEY`), or is answered 401 in its door's shape (OpenAI's,
+    Ollama's) before any route."""
 
     def __init__(self, app: ASGIApp, settings: Settings) -> None:
         self.app = app
         self.key = settings.api_key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (self.key and scope["type"] == "http" and scope["path"].startswith("/v1/")
-                and not key_matches(self.key, _header(scope, b"authorization"), [])):
-            await JSONResponse(_NO_KEY, status_code=401)(scope, receive, send)
-            return
+        if self.key and scope["type"] == "http":
+            path = scope["path"]
+            ollama = path == "/api" or path.startswith("/api/")
+            if ((ollama or path.startswith("/v1/"))
+                    and not key_matches(self.key, _header(scope, b"authorization"), [])):
+                body = _NO_KEY_OLLAMA if ollama else _NO_KEY
+                await JSONResponse(body, status_code=401)(scope, receive, send)
+                return
         await self.app(scope, receive, send)
 
 
