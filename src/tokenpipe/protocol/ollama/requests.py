@@ -64,6 +64,14 @@ def _text(value: Any) -> Any:
     return value
 
 
+def _duration(value: Any) -> Any:
+    """keep_alive: Ollama's duration ("5m") or seconds (a number, -1 forever)."""
+    if value is None or isinstance(value, str | int | float) and not isinstance(value, bool):
+        return value
+    raise PydanticCustomError("duration_type", "input should be a duration (\"5m\") or a "
+                              "number of seconds")
+
+
 def _stop_list(value: Any) -> Any:
     return [value] if isinstance(value, str) else value
 
@@ -145,7 +153,7 @@ class _Generation(_Body):
     model: Annotated[str, Field(min_length=1)]
     stream: bool | None = Field(default=None, description="Absent means true, as Ollama.")
     options: Options | None = None
-    keep_alive: str | int | float | None = Field(
+    keep_alive: Annotated[Any, BeforeValidator(_duration)] = Field(
         default=None, description="Accepted and ignored: models stay loaded.")
     truncate: bool | None = Field(default=None, description="Accepted and ignored: nothing "
                                   "is ever truncated; a prompt that does not fit is a 400.")

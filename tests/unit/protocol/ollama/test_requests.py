@@ -8,8 +8,13 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from tokenpipe.errors import ContextOverflow, EngineError, MaxTokensAboveLimit, Overloaded
-from tokenpipe.errors import UnknownModel
+from tokenpipe.errors import (
+    ContextOverflow,
+    EngineError,
+    MaxTokensAboveLimit,
+    Overloaded,
+    UnknownModel,
+)
 from tokenpipe.protocol.ollama.errors import error_body, status_of, validation_error
 from tokenpipe.protocol.ollama.names import listed, matches, resolve
 from tokenpipe.protocol.ollama.requests import (
