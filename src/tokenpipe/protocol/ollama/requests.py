@@ -66,7 +66,7 @@ def _text(value: Any) -> Any:
 
 def _duration(value: Any) -> Any:
     """keep_alive: Ollama's duration ("5m") or seconds (a number, -1 forever)."""
-    if value is None or isinstance(value, str | int | float) and not isinstance(value, bool):
+    if value is None or (isinstance(value, str | int | float) and not isinstance(value, bool)):
         return value
     raise PydanticCustomError("duration_type", "input should be a duration (\"5m\") or a "
                               "number of seconds")

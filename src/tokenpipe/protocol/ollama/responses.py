@@ -61,8 +61,9 @@ class Answer:
                        else b'","response":')
         self._end = b'},"done":false}\n' if chat else b',"done":false}\n'
 
-    def delta(self, text: str) -> bytes:
-        return (self._before + timestamp().encode() + self._after
+    def delta(self, text: str, created_at: str | None = None) -> bytes:
+        """One line; `created_at` may be shared by the lines written together."""
+        return (self._before + (created_at or timestamp()).encode() + self._after
                 + json.dumps(text, ensure_ascii=False).encode() + self._end)
 
     def _text(self, text: str) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from starlette.types import Receive, Scope, Send
 
 from ...errors import TokenpipeError
 from ...protocol.ollama.errors import error_body, status_of
-from ...protocol.ollama.responses import Answer, line
+from ...protocol.ollama.responses import Answer, line, timestamp
 from ...session import Cursor, Delta, Failed, Finished, GenerationSession
 from ..race import http_disconnect, race
 
@@ -69,9 +69,11 @@ class NdjsonResponse(Response):
         while True:
             out: list[bytes] = []
             ended = False
-            for event in await cursor.next():
+            batch = await cursor.next()
+            now = timestamp()  # the lines of one batch leave in one write, at one time
+            for event in batch:
                 if isinstance(event, Delta):
-                    out.append(answer.delta(event.text))
+                    out.append(answer.delta(event.text, now))
                 elif isinstance(event, Finished):
                     out.append(line(answer.done("", event.reason.value, event.usage,
                                                 event.timing)))
