@@ -5,6 +5,7 @@ disconnects; the real model for the same text as the OpenAI door's."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import time
@@ -315,6 +316,26 @@ async def test_full_queue_is_503_and_a_leaving_client_frees_the_slot(
     lines = ndjson(b)
     assert "".join(line["message"]["content"] for line in lines) == "after A"
     assert lines[-1]["done"] is True
+
+
+def test_a_model_that_failed_to_load_is_503() -> None:
+    server = ServerProcess(("--model", "/nonexistent/model.gguf"))  # the load fails
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(server.url + "/health").json().get("status") == "error":
+                    break
+            time.sleep(0.1)
+        c = client(server)
+        for call in (lambda: c.chat(model="smollm2", messages=USER), lambda: c.list(),
+                     lambda: c.generate(model="smollm2"), lambda: c.show("smollm2")):
+            with pytest.raises(ollama.ResponseError) as info:
+                call()
+            assert info.value.status_code == 503 and "nonexistent" in info.value.error
+        assert c.ps().models == []
+    finally:
+        server.stop()
 
 
 # ---- the real model ------------------------------------------------------------------------
