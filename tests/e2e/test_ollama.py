@@ -170,6 +170,8 @@ def test_what_clients_probe(fake_server: ServerProcess) -> None:
     assert r.status_code == 404 and set(r.json()) == {"error"}
     r = httpx.get(url + "/api/chat")
     assert r.status_code == 405 and r.headers["allow"] == "POST" and set(r.json()) == {"error"}
+    r = httpx.get(url + "/api/tags", headers={"host": "rebound.example"})  # DNS rebinding
+    assert r.status_code == 421 and set(r.json()) == {"error"}
     with pytest.raises(ollama.ResponseError) as info:
         client(fake_server).pull("smollm2")
     assert info.value.status_code == 501 and "not supported" in info.value.error
