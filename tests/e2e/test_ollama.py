@@ -320,6 +320,29 @@ async def test_full_queue_is_503_and_a_leaving_client_frees_the_slot(
     assert lines[-1]["done"] is True
 
 
+def test_several_models_are_named_the_ollama_way(live_server: Any) -> None:
+    url = live_server("--engine", "fake", "--model", "smollm2-135m=fake:",
+                      "--model", "smollm2-360m=fake:")
+    c = ollama.Client(host=url)
+    _OPEN.append(c)
+    assert sorted(m.model or "" for m in c.list().models) == ["smollm2-135m:latest",
+                                                              "smollm2-360m:latest"]
+    answer = c.generate(model="smollm2:360m", prompt="[[echo]] which")
+    assert answer.response == "which" and answer.model == "smollm2:360m"
+    stream = c.generate(model="smollm2:360m", prompt="[[pace_ms=50]][[tokens=100]]",
+                        stream=True)
+    next(stream)  # running now: on the model the name means
+    active = httpx.get(url + "/metrics").text
+    assert 'tokenpipe_generations_active{model="smollm2-360m"} 1.0' in active
+    assert 'tokenpipe_generations_active{model="smollm2-135m"} 0.0' in active
+    stream.close()
+    assert c.show("SmolLM2-135M").parameters == "num_ctx 8192"
+    with pytest.raises(ollama.ResponseError) as info:  # both fit
+        c.chat(model="smollm2", messages=USER)
+    assert info.value.status_code == 404
+    assert "smollm2-135m, smollm2-360m" in info.value.error
+
+
 def test_a_model_that_failed_to_load_is_503() -> None:
     server = ServerProcess(("--model", "/nonexistent/model.gguf"))  # the load fails
     try:

@@ -9,8 +9,8 @@ when exactly one served model fits it:
   `.` (`smollm2` fits `SmolLM2-135M-Instruct`), and a tag other than `latest` is one of the
   words of the rest (`135m` fits, `360m` does not).
 
-Two served models that both fit make the name ambiguous: it maps to none (and the client
-hears "not found", with the names it could send).
+Two served models that both fit make the name ambiguous: it maps to none (the door says
+"not found" and names the candidates).
 """
 
 from __future__ import annotations

@@ -68,13 +68,13 @@ async def _generation(request: Request, model: type[ChatRequest | GenerateReques
     except OllamaError as exc:
         return error_response(exc)
     models = _models(request)
-    served = names.resolve(body.model, models.names)
     answer = Answer(body.model, chat=chat)
     try:
+        served = _served(models, body.model)
         if body.loads_only:  # Ollama's "load the model": it is loaded, or loading (503)
-            models.route(served or body.model)
+            models.route(served)
             return JSONResponse(answer.loaded(), media_type=JSON_TYPE)
-        session = await models.start(body.to_request(served or body.model))
+        session = await models.start(body.to_request(served))
     except TokenpipeError as exc:
         return error_response(exc, body.model)
     return NdjsonResponse(session, answer, stream=body.streamed)
@@ -113,8 +113,8 @@ async def show(request: Request) -> Response:
     if body.requested is None:
         return error_response(OllamaError("model is required"))
     models = _models(request)
-    served = names.resolve(body.requested, models.names) or body.requested
     try:
+        served = _served(models, body.requested)
         info = models.route(served).engine.info
     except TokenpipeError as exc:
         return error_response(exc, body.requested)
@@ -146,6 +146,16 @@ async def other(request: Request) -> Response:
             "(GET /api/tags lists them) and generates text only"), status_code=501)
     return JSONResponse(error_json(f"404 page not found: {request.method} {path}"),
                         status_code=404)
+
+
+def _served(models: ModelRegistry, requested: str) -> str:
+    """The served model an Ollama name means; the name itself when none fits (the start
+    refuses it as unknown); 404 naming the candidates when several fit."""
+    found = names.matches(requested, models.names)
+    if len(found) > 1:
+        raise OllamaError(f"model '{requested}' not found: it could be any of "
+                          f"{', '.join(found)}; send one of these names", status=404)
+    return found[0] if found else requested
 
 
 def _models(request: Request) -> ModelRegistry:
