@@ -29,6 +29,7 @@ from ..scheduler import Scheduler
 from .anthropic.routes import router as anthropic_router
 from .connection_caps import ConnectionCaps, open_fds, raise_fd_limit, throttle_accept_errors
 from .http_protocol import guarded_http
+from .ollama.routes import routes as ollama_routes
 from .openai.routes import lean_routes, unparsable
 from .openai.routes import router as openai_router
 from .runtime import Runtime
@@ -105,6 +106,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.router.routes[:0] = lean_routes()  # before FastAPI's own (see lean_routes)
     app.include_router(anthropic_router)  # before openai's: its /v1/{path} catches all
     app.include_router(openai_router)
+    app.router.routes.extend(ollama_routes())  # /api: Ollama's API
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:

@@ -12,6 +12,7 @@ from http import HTTPStatus
 from ..config import Settings
 from ..protocol.anthropic.errors import covers as anthropic_path
 from ..protocol.anthropic.errors import error_json as anthropic_error_json
+from ..protocol.ollama.errors import error_json as ollama_error
 from ..protocol.openai.errors import error_json
 
 
@@ -35,12 +36,14 @@ class HttpLimits:
 
 def error_body(status: int, message: str, path: bytes) -> bytes:
     """In the route's own error shape: Anthropic's under /v1/messages, OpenAI's elsewhere
-    under /v1/ and on /ws (as the handshake's other refusals), FastAPI's `detail`
-    elsewhere; OpenAI's when the path is not known."""
+    under /v1/ and on /ws (as the handshake's other refusals), Ollama's under /api/,
+    FastAPI's `detail` elsewhere; OpenAI's when the path is not known."""
     if anthropic_path(path.decode("latin-1")):
         body: object = anthropic_error_json(message, status=status)
     elif not path or path.startswith((b"/v1/", b"/ws")):
         body = error_json(message, status=status)
+    elif path.startswith(b"/api/"):
+        body = ollama_error(message)
     else:
         body = {"detail": message}
     return json.dumps(body).encode()

@@ -19,6 +19,7 @@ from starlette.websockets import WebSocket
 from ..config import Settings
 from ..protocol.anthropic.errors import covers as anthropic_path
 from ..protocol.anthropic.errors import error_json as anthropic_error_json
+from ..protocol.ollama.errors import error_json as ollama_error
 from ..protocol.openai.errors import error_json
 from ..protocol.ws import BEARER_PREFIX
 from .runtime import Runtime
@@ -147,23 +148,29 @@ _NO_KEY = error_json("Incorrect or missing API key: send Authorization: Bearer K
                      status=401, code="invalid_api_key")
 _NO_ANTHROPIC_KEY = anthropic_error_json("invalid x-api-key: send x-api-key: KEY (or "
                                          "Authorization: Bearer KEY)", status=401)
+_NO_KEY_OLLAMA = ollama_error("unauthorized: missing or wrong API key (send Authorization: "
+                              "Bearer KEY)")
 
 
 class RequireKey:
-    """ASGI middleware: with an API key configured, every /v1/ request must carry it
-    (`Authorization: Bearer KEY`, or Anthropic's `x-api-key: KEY`), or is answered 401
-    before any route: in Anthropic's shape under /v1/messages, OpenAI's elsewhere."""
+    """ASGI middleware: with an API key configured, every /v1/ and /api/ request must carry
+    it (`Authorization: Bearer KEY`, or Anthropic's `x-api-key: KEY`), or is answered 401
+    before any route, in its door's shape (Anthropic's under /v1/messages, Ollama's under
+    /api/, OpenAI's elsewhere)."""
 
     def __init__(self, app: ASGIApp, settings: Settings) -> None:
         self.app = app
         self.key = settings.api_key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (self.key and scope["type"] == "http" and scope["path"].startswith("/v1/")
-                and not self._carries_key(scope)):
-            body = _NO_ANTHROPIC_KEY if anthropic_path(scope["path"]) else _NO_KEY
-            await JSONResponse(body, status_code=401)(scope, receive, send)
-            return
+        if self.key and scope["type"] == "http":
+            path = scope["path"]
+            ollama = path == "/api" or path.startswith("/api/")
+            if (ollama or path.startswith("/v1/")) and not self._carries_key(scope):
+                body = (_NO_KEY_OLLAMA if ollama else
+                        _NO_ANTHROPIC_KEY if anthropic_path(path) else _NO_KEY)
+                await JSONResponse(body, status_code=401)(scope, receive, send)
+                return
         await self.app(scope, receive, send)
 
     def _carries_key(self, scope: Scope) -> bool:

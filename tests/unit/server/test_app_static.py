@@ -26,7 +26,7 @@ async def test_the_ui_mount_answers_404_for_unknown_paths_and_never_500(
         page = await http.get("/")
         assert page.status_code == 200 and "tokenpipe" in page.text
         for method in ("POST", "PUT", "DELETE"):
-            r = await http.request(method, "/api/chat", json={})
+            r = await http.request(method, "/v2/chat", json={})  # /api/ is Ollama's door
             assert r.status_code == 404 and r.json() == {"detail": "Not Found"}
         assert (await http.get("/nope.js")).status_code == 404
         assert (await http.post("/", json={})).status_code == 405  # it exists: wrong method

@@ -262,11 +262,11 @@ class LlamaCppEngine(Engine):
             hand_over([(seq, [EngineUnavailable(self._failure)])
                        for seq in drain(self._inbox)])
             return
-        self.restarts += 1
         if not self._stop:
-            self._thread = threading.Thread(target=self._run, name="llamacpp-decode",
-                                            daemon=True)
-            self._thread.start()
+            thread = threading.Thread(target=self._run, name="llamacpp-decode", daemon=True)
+            thread.start()
+            self._thread = thread  # running before anyone sees it (healthy() reads it)
+        self.restarts += 1
         log.warning("llama.cpp engine recovered (restart %d)", self.restarts)
 
     def _drop_cancelled(self, waiting: deque[Seq], active: list[Seq]) -> None:

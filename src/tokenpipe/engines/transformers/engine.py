@@ -262,10 +262,10 @@ class TransformersEngine(Engine):
         self._flush(in_flight)
         if self._stop:
             return
+        thread = threading.Thread(target=self._run, name="transformers-decode", daemon=True)
+        thread.start()
+        self._thread = thread  # running before anyone sees it (healthy() reads it)
         self.restarts += 1
-        self._thread = threading.Thread(target=self._run, name="transformers-decode",
-                                        daemon=True)
-        self._thread.start()
         log.warning("transformers engine recovered (restart %d)", self.restarts)
 
     def _take_group(self, waiting: deque[_Seq], room: int) -> list[_Seq]:

@@ -1,0 +1,115 @@
+"""Ollama's answers, sans-IO: the NDJSON lines of a streamed /api/chat or /api/generate
+answer, the whole answer, the "load" answer, and the model listings of /api/tags,
+/api/show and /api/ps. Durations are nanoseconds, as Ollama reports them.
+
+What the server does not know about a model (its family, parameter count, quantization,
+file size, digest) is left empty, Ollama's way of saying nothing: "" and 0.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ...types import Timing, Usage
+
+NS_PER_MS = 1_000_000
+# Ollama's `keep_alive: -1` ("forever"): its expiry is now plus the largest Go duration
+FOREVER = timedelta(microseconds=(2**63 - 1) // 1000)
+
+
+def timestamp(moment: datetime | None = None) -> str:
+    """RFC 3339 in UTC with a `Z`, as Ollama writes `created_at`."""
+    return (moment or datetime.now(UTC)).isoformat(timespec="microseconds").replace(
+        "+00:00", "Z")
+
+
+def durations(timing: Timing) -> dict[str, int]:
+    """The session's measured timing in Ollama's fields: `load_duration` is the wait for a
+    place (models are loaded before they are served), `prompt_eval_duration` from the
+    engine taking the request to the first token, `eval_duration` the rest."""
+    first = timing.total_ms if timing.ttft_ms is None else timing.ttft_ms
+    return {
+        "total_duration": round(timing.total_ms * NS_PER_MS),
+        "load_duration": round(timing.queue_ms * NS_PER_MS),
+        "prompt_eval_duration": round(max(0.0, first - timing.queue_ms) * NS_PER_MS),
+        "eval_duration": round(max(0.0, timing.total_ms - first) * NS_PER_MS),
+    }
+
+
+def counts(usage: Usage) -> dict[str, int]:
+    return {"prompt_eval_count": usage.prompt_tokens, "eval_count": usage.completion_tokens}
+
+
+def line(obj: dict[str, Any]) -> bytes:
+    """One NDJSON line: JSON never holds a raw newline."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+class Answer:
+    """The objects of one answer: /api/chat's (`message`) or /api/generate's (`response`),
+    for `model` as the client named it."""
+
+    def __init__(self, model: str, *, chat: bool) -> None:
+        self.model = model
+        self.chat = chat
+        # the per-token line is the hot path: its fixed parts joined once
+        head = json.dumps(model, ensure_ascii=False).encode()
+        self._before = b'{"model":' + head + b',"created_at":"'
+        self._after = (b'","message":{"role":"assistant","content":' if chat
+                       else b'","response":')
+        self._end = b'},"done":false}\n' if chat else b',"done":false}\n'
+
+    def delta(self, text: str, created_at: str | None = None) -> bytes:
+        """One line; `created_at` may be shared by the lines written together."""
+        return (self._before + (created_at or timestamp()).encode() + self._after
+                + json.dumps(text, ensure_ascii=False).encode() + self._end)
+
+    def _text(self, text: str) -> dict[str, Any]:
+        if self.chat:
+            return {"message": {"role": "assistant", "content": text}}
+        return {"response": text}
+
+    def done(self, text: str, reason: str, usage: Usage, timing: Timing) -> dict[str, Any]:
+        """The last line of a stream (`text` ""), or the whole answer (`text` all of it)."""
+        return {"model": self.model, "created_at": timestamp(), **self._text(text),
+                "done_reason": reason, "done": True, **durations(timing), **counts(usage)}
+
+    def loaded(self) -> dict[str, Any]:
+        """The answer to Ollama's "load the model" call (no prompt, no messages)."""
+        return {"model": self.model, "created_at": timestamp(), **self._text(""),
+                "done_reason": "load", "done": True}
+
+
+def details(engine: str) -> dict[str, Any]:
+    """What this server knows of the model's kind: llama.cpp reads GGUF files only."""
+    return {"parent_model": "", "format": "gguf" if engine == "llamacpp" else "",
+            "family": "", "families": None, "parameter_size": "", "quantization_level": ""}
+
+
+def tag(name: str, engine: str, since: datetime) -> dict[str, Any]:
+    """One model of /api/tags; `since`: when this server started serving it."""
+    return {"name": name, "model": name, "modified_at": timestamp(since), "size": 0,
+            "digest": "", "details": details(engine)}
+
+
+def loaded_model(name: str, engine: str, context_tokens: int) -> dict[str, Any]:
+    """One model of /api/ps: loaded for as long as the server runs (Ollama's "forever")."""
+    return {"name": name, "model": name, "size": 0, "digest": "", "details": details(engine),
+            "expires_at": timestamp(datetime.now(UTC) + FOREVER), "size_vram": 0,
+            "context_length": context_tokens}
+
+
+def shown(name: str, engine: str, context_tokens: int, since: datetime) -> dict[str, Any]:
+    """/api/show: what is known; the chat template is the model's own (not Ollama's Go
+    template), so `template` is empty. `num_ctx` is the tokens one request may use."""
+    return {
+        "modelfile": f"# served by tokenpipe\nFROM {name}\nPARAMETER num_ctx {context_tokens}\n",
+        "parameters": f"num_ctx {context_tokens}",
+        "template": "",
+        "details": details(engine),
+        "model_info": {"tokenpipe.context_length": context_tokens},
+        "capabilities": ["completion"],
+        "modified_at": timestamp(since),
+    }

@@ -1,0 +1,117 @@
+"""Serving one Ollama generation from its GenerationSession, as an ASGI response: NDJSON
+(`application/x-ndjson`, one JSON object a line) when streamed, else one JSON object.
+
+The response races the session's events against the client's disconnect (race.py), so a
+generation whose client left is cancelled at once. Headers wait for the first text, the
+end or a failure: a failure before the first token is a proper status with Ollama's
+`{"error": ...}` body; after it, a last line `{"error": ...}`, as Ollama sends it. NDJSON
+has no comment lines, so a request waiting for a place hears nothing until it runs (as
+with Ollama).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
+
+from ...errors import TokenpipeError
+from ...protocol.ollama.errors import error_body, status_of
+from ...protocol.ollama.responses import Answer, line, timestamp
+from ...session import Cursor, Delta, Failed, Finished, GenerationSession
+from ..race import http_disconnect, race
+
+NDJSON_HEADERS = [
+    (b"content-type", b"application/x-ndjson"),
+    (b"cache-control", b"no-store"),
+    (b"x-accel-buffering", b"no"),  # nginx: pass each line on at once
+]
+JSON_TYPE = "application/json; charset=utf-8"  # Ollama's, for an answer not streamed
+
+
+def error_response(exc: TokenpipeError, model: str | None = None) -> Response:
+    """`exc` as Ollama's error JSON with this door's status (Retry-After when it has one)."""
+    headers = {}
+    if exc.retry_after_ms is not None:
+        headers["retry-after"] = str(max(1, math.ceil(exc.retry_after_ms / 1000)))
+    return JSONResponse(error_body(exc, model), status_code=status_of(exc), headers=headers)
+
+
+class NdjsonResponse(Response):
+    """The ASGI response of one generation; its status is decided by the session's first
+    events, not up front."""
+
+    def __init__(self, session: GenerationSession, answer: Answer, *, stream: bool) -> None:
+        self.session = session
+        self.answer = answer
+        self.stream = stream
+        self._scope: Scope = {"type": "http"}
+        self.status_code = 200
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self._scope = scope
+        cursor = self.session.cursor()
+        try:
+            await race(self._lines(cursor, send) if self.stream else self._whole(cursor, send),
+                       http_disconnect(receive), settle=False)  # it only reads receive
+        except OSError:  # the client went away while we wrote
+            pass
+        finally:
+            cursor.close()
+            self.session.cancel()  # a no-op once it ended; else its client left: stop it
+
+    async def _lines(self, cursor: Cursor, send: Send) -> None:
+        answer = self.answer
+        started = False
+        while True:
+            out: list[bytes] = []
+            ended = False
+            batch = await cursor.next()
+            now = timestamp()  # the lines of one batch leave in one write, at one time
+            for event in batch:
+                if isinstance(event, Delta):
+                    out.append(answer.delta(event.text, now))
+                elif isinstance(event, Finished):
+                    out.append(line(answer.done("", event.reason.value, event.usage,
+                                                event.timing)))
+                    ended = True
+                elif isinstance(event, Failed):
+                    if not started and not out:
+                        await self._error(event.error, send)
+                        return
+                    out.append(line(error_body(event.error, answer.model)))
+                    ended = True
+            if not out:
+                continue  # queued or started: nothing to say yet, so no headers yet either
+            if not started:
+                started = True
+                await send({"type": "http.response.start", "status": 200,
+                            "headers": NDJSON_HEADERS})
+            await send({"type": "http.response.body", "body": b"".join(out),
+                        "more_body": not ended})
+            if ended:
+                return
+
+    async def _whole(self, cursor: Cursor, send: Send) -> None:
+        parts: list[str] = []
+        async for event in cursor:
+            if isinstance(event, Delta):
+                parts.append(event.text)
+            elif isinstance(event, Finished):
+                body = self.answer.done("".join(parts), event.reason.value, event.usage,
+                                        event.timing)
+                await JSONResponse(body, media_type=JSON_TYPE)(self._scope, _no_receive, send)
+                return
+            elif isinstance(event, Failed):
+                await self._error(event.error, send)
+                return
+
+    async def _error(self, exc: TokenpipeError, send: Send) -> None:
+        await error_response(exc, self.answer.model)(self._scope, _no_receive, send)
+
+
+async def _no_receive() -> Any:  # plain responses never read; the race owns receive
+    raise RuntimeError("a plain response does not read the request")

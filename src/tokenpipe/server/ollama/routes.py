@@ -1,0 +1,193 @@
+"""/api: Ollama's API (docs/protocol.md section 4), as plain Starlette routes. Thin: parse,
+name the served model, start, hand the session to NdjsonResponse. Every answer under
+/api/, errors included, has Ollama's shape; the API key is checked before any route
+(security.RequireKey).
+
+Bodies are JSON whatever their Content-Type says, as Ollama reads them (`curl -d` sends
+application/x-www-form-urlencoded).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from ...errors import TokenpipeError
+from ...protocol.ollama import names
+from ...protocol.ollama.errors import OllamaError, error_json, validation_error
+from ...protocol.ollama.requests import ChatRequest, GenerateRequest, ShowRequest
+from ...protocol.ollama.responses import Answer, loaded_model, shown, tag
+from ..runtime import Runtime
+from ..sessions import ModelRegistry
+from .ndjson_response import JSON_TYPE, NdjsonResponse, error_response
+
+# The Ollama version whose API (docs/api.md) these routes follow, for clients that check
+OLLAMA_VERSION = "0.13.0"
+_STARTED = datetime.now(UTC)  # when this server started serving its models
+Body = TypeVar("Body", bound=BaseModel)
+_EVERY_METHOD = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"]
+
+
+def routes() -> list[BaseRoute]:
+    """Ollama's routes, then one for every other path under /api (Ollama's 404 and 405,
+    and what this server does not do)."""
+    return [
+        Route("/api/chat", chat, methods=["POST"]),
+        Route("/api/generate", generate, methods=["POST"]),
+        Route("/api/tags", list_tags, methods=["GET", "HEAD"]),
+        Route("/api/show", show, methods=["POST"]),
+        Route("/api/ps", list_loaded, methods=["GET"]),
+        Route("/api/version", version, methods=["GET", "HEAD"]),
+        Route("/api/{path:path}", other, methods=_EVERY_METHOD),
+        Route("/api", other, methods=_EVERY_METHOD),
+    ]
+
+
+async def chat(request: Request) -> Response:
+    """A chat answer from the model, streamed as NDJSON unless `stream` is false."""
+    return await _generation(request, ChatRequest, chat=True)
+
+
+async def generate(request: Request) -> Response:
+    """A completion of `prompt` (through the chat template unless `raw`)."""
+    return await _generation(request, GenerateRequest, chat=False)
+
+
+async def _generation(request: Request, model: type[ChatRequest | GenerateRequest], *,
+                      chat: bool) -> Response:
+    try:
+        body = await _body(request, model)
+    except ClientDisconnect:
+        return Response(status_code=400)  # nobody reads it
+    except OllamaError as exc:
+        return error_response(exc)
+    models = _models(request)
+    answer = Answer(body.model, chat=chat)
+    try:
+        served = _served(models, body.model)
+        if body.loads_only:  # Ollama's "load the model": it is loaded, or loading (503)
+            models.route(served)
+            return JSONResponse(answer.loaded(), media_type=JSON_TYPE)
+        session = await models.start(body.to_request(served))
+    except TokenpipeError as exc:
+        return error_response(exc, body.model)
+    return NdjsonResponse(session, answer, stream=body.streamed)
+
+
+async def list_tags(request: Request) -> Response:
+    """Every served model, named as Ollama lists models (with a tag)."""
+    models = _models(request)
+    try:
+        models.route()  # 503 while the model loads
+    except TokenpipeError as exc:
+        return error_response(exc)
+    listed = [tag(names.listed(n), models.route(n).engine.info.name, _STARTED)
+              for n in models.names]
+    return JSONResponse({"models": listed})
+
+
+async def list_loaded(request: Request) -> Response:
+    """The loaded models: all of them, for as long as the server runs."""
+    models = _models(request)
+    loaded = []
+    for name in models.names:
+        info = models.route(name).engine.info
+        loaded.append(loaded_model(names.listed(name), info.name, info.context_tokens))
+    return JSONResponse({"models": loaded})
+
+
+async def show(request: Request) -> Response:
+    """What this server knows of one model; 404 for a model it does not serve."""
+    try:
+        body = await _body(request, ShowRequest)
+    except ClientDisconnect:
+        return Response(status_code=400)
+    except OllamaError as exc:
+        return error_response(exc)
+    if body.requested is None:
+        return error_response(OllamaError("model is required"))
+    models = _models(request)
+    try:
+        served = _served(models, body.requested)
+        info = models.route(served).engine.info
+    except TokenpipeError as exc:
+        return error_response(exc, body.requested)
+    return JSONResponse(shown(names.listed(served), info.name, info.context_tokens,
+                              _STARTED))
+
+
+async def version(request: Request) -> Response:
+    return JSONResponse({"version": OLLAMA_VERSION})
+
+
+# Ollama's routes this server does not serve: it serves the models it was started with
+_NOT_SERVED = ("/api/pull", "/api/push", "/api/create", "/api/copy", "/api/delete",
+               "/api/embed", "/api/embeddings", "/api/blobs/")
+_ALLOWED = {"/api/chat": "POST", "/api/generate": "POST", "/api/tags": "GET, HEAD",
+            "/api/show": "POST", "/api/ps": "GET, HEAD", "/api/version": "GET, HEAD"}
+
+
+async def other(request: Request) -> Response:
+    path = request.url.path
+    allowed = _ALLOWED.get(path)
+    if allowed is not None:  # a known route asked with the wrong method
+        return JSONResponse(error_json(f"method {request.method} not allowed on {path}; "
+                                       f"use {allowed}"), status_code=405,
+                            headers={"allow": allowed})
+    if path.startswith(_NOT_SERVED):
+        return JSONResponse(error_json(
+            f"{path} is not supported: this server serves the models it was started with "
+            "(GET /api/tags lists them) and generates text only"), status_code=501)
+    return JSONResponse(error_json(f"404 page not found: {request.method} {path}"),
+                        status_code=404)
+
+
+def _served(models: ModelRegistry, requested: str) -> str:
+    """The served model an Ollama name means; the name itself when none fits (the start
+    refuses it as unknown); 404 naming the candidates when several fit."""
+    found = names.matches(requested, models.names)
+    if len(found) > 1:
+        raise OllamaError(f"model '{requested}' not found: it could be any of "
+                          f"{', '.join(found)}; send one of these names", status=404)
+    return found[0] if found else requested
+
+
+def _models(request: Request) -> ModelRegistry:
+    runtime: Runtime = request.app.state.runtime
+    return runtime.models
+
+
+async def _body(request: Request, model: type[Body]) -> Body:
+    """The body validated with `model`; OllamaError for what is not a JSON object of it."""
+    raw = await request.body()
+    if not raw.strip():
+        raise OllamaError("missing request body")
+    try:
+        data: Any = json.loads(raw, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise OllamaError(f"the body is not JSON: {exc.msg} (line {exc.lineno}, column "
+                          f"{exc.colno})") from None
+    except _Constant as exc:
+        raise OllamaError(f"the body is not JSON: {exc} is not a JSON number") from None
+    except RecursionError:
+        raise OllamaError("the body is not JSON we take: it is nested too deeply") from None
+    except ValueError as exc:  # an integer over Python's digit limit, bad UTF-8
+        raise OllamaError(f"the body is not JSON we take: {exc}") from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc.errors()) from None
+
+
+class _Constant(Exception):
+    """NaN or Infinity, which Python's json reads and JSON (RFC 8259) does not allow."""
+
+
+def _no_constant(name: str) -> Any:
+    raise _Constant(name)
