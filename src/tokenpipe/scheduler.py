@@ -16,6 +16,7 @@ import logging
 import time
 from collections import deque
 
+from .constrain.tools import tool_call_splitter
 from .engines.base import Engine, PreparedRequest
 from .errors import (
     ContextOverflow,
@@ -28,7 +29,7 @@ from .errors import (
 from .metrics import Metrics
 from .session import Failed, GenerationSession
 from .text import StopMatcher
-from .types import EngineFinish, EngineStart, EngineText, FinishReason, GenerationRequest
+from .types import EngineFinish, EngineStart, EngineText, FinishReason, GenerationRequest, Part
 
 log = logging.getLogger("tokenpipe.scheduler")
 # Prompts up to this many characters are tokenized in place (tens of microseconds; a thread
@@ -265,6 +266,13 @@ class Scheduler:
     async def _generate(self, session: GenerationSession) -> None:
         prepared = session.prepared
         stop = StopMatcher(prepared.request.params.stop)
+        # With tools, the answer is split into content and tool calls as it streams; stop
+        # strings apply to the content (a call is never cut: its arguments stay whole).
+        split = tool_call_splitter() if prepared.request.tools else None
+
+        def content(pieces: list[str | Part]) -> list[str | Part]:
+            return [stop.feed(p) if isinstance(p, str) else p for p in pieces]
+
         # No prompt_ids: the engine counts the prompt elsewhere (openai: the upstream)
         session.mark_started(prepared.prompt_tokens or None)
         stream = self.engine.stream(prepared)
@@ -278,7 +286,10 @@ class Scheduler:
                         if last:
                             itl.observe(now - last)
                         last = now
-                    session.add_text(stop.feed(event.text), event.tokens)
+                    if split is None:
+                        session.add_text(stop.feed(event.text), event.tokens)
+                    else:
+                        session.add_pieces(content(split.feed(event.text)), event.tokens)
                     if stop.stopped:
                         session.finish(FinishReason.STOP)
                         return
@@ -286,8 +297,14 @@ class Scheduler:
                     if session.prompt_tokens is None:
                         session.prompt_tokens = event.usage.prompt_tokens
                     session.cached_tokens = event.usage.cached_tokens
-                    session.add_text(stop.flush(), 0)
-                    session.finish(event.reason)
+                    reason = event.reason
+                    if split is None:
+                        session.add_text(stop.flush(), 0)
+                    else:
+                        session.add_pieces([*content(split.flush()), stop.flush()], 0)
+                        if split.calls and reason is FinishReason.STOP:
+                            reason = FinishReason.TOOL_CALLS
+                    session.finish(reason)
                     return
                 elif isinstance(event, EngineStart) and event.prompt_tokens is not None:
                     session.prompt_tokens = event.prompt_tokens

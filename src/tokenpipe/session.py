@@ -20,7 +20,18 @@ from collections.abc import AsyncIterator, Callable
 
 from .engines.base import PreparedRequest
 from .errors import TokenpipeError
-from .types import Delta, Event, Failed, Finished, FinishReason, Queued, Started, Timing, Usage
+from .types import (
+    Delta,
+    Event,
+    Failed,
+    Finished,
+    FinishReason,
+    Part,
+    Queued,
+    Started,
+    Timing,
+    Usage,
+)
 
 __all__ = ["Cursor", "Delta", "Event", "Failed", "Finished", "GenerationSession", "Queued",
            "Started", "State"]
@@ -50,9 +61,11 @@ class GenerationSession:
         self.started_at: float | None = None
         self.first_token_at: float | None = None
         self.final: Finished | Failed | None = None
-        self._sealed: list[str] = []  # delta texts from seq self._base on
+        # delta texts (content) or Parts (other channels) from seq self._base on
+        self._sealed: list[str | Part] = []
         self._base = 0
-        self._pending: list[str] = []
+        self._pending: list[str | Part] = []
+        self._parts = False  # a Part was ever added (else pending is all content strings)
         self._reader: Cursor | None = None  # the one cursor told of news
         self._cancel: Callable[[], object] | None = None
         self.done = asyncio.Event()
@@ -76,6 +89,19 @@ class GenerationSession:
                 self.first_token_at = time.perf_counter()
             self._pending.append(text)
             self._notify()
+
+    def add_pieces(self, pieces: list[str | Part], tokens: int) -> None:
+        """Content strings and Parts of other channels (reasoning, tool calls), in order."""
+        self.completion_tokens += tokens
+        kept = [p for p in pieces if not isinstance(p, str) or p]
+        if not kept:
+            return
+        if self.first_token_at is None:
+            self.first_token_at = time.perf_counter()
+        if any(not isinstance(p, str) for p in kept):
+            self._parts = True
+        self._pending.extend(kept)
+        self._notify()
 
     def finish(self, reason: FinishReason) -> None:
         if self.final is None:
@@ -137,15 +163,23 @@ class GenerationSession:
         returns every delta after `after_seq`. They count as sent: a session nobody can
         resume lets them go."""
         pending = self._pending
-        if len(pending) == 1 or (merge and pending):
-            self._sealed.append("".join(pending))
+        if self._parts:
+            if pending:
+                self._sealed.extend(_merged(pending) if merge else pending)
+                pending.clear()
+        elif len(pending) == 1 or (merge and pending):
+            self._sealed.append("".join(pending))  # type: ignore[arg-type]  # all str
             pending.clear()
         elif pending:
             self._sealed.extend(pending)
             pending.clear()
         base, sealed = self._base, self._sealed
         first = max(after_seq + 1, base)
-        out = [Delta(seq, sealed[seq - base]) for seq in range(first, base + len(sealed))]
+        if self._parts:
+            out = [_delta(seq, sealed[seq - base]) for seq in range(first, base + len(sealed))]
+        else:
+            out = [Delta(seq, sealed[seq - base]) for seq in  # type: ignore[arg-type]
+                   range(first, base + len(sealed))]
         if not self.resumable and sealed:
             self._base = base + len(sealed)
             sealed.clear()
@@ -176,6 +210,32 @@ class GenerationSession:
     def _notify(self) -> None:
         if self._reader is not None:
             self._reader.news()
+
+
+def _delta(seq: int, piece: str | Part) -> Delta:
+    if isinstance(piece, str):
+        return Delta(seq, piece)
+    return Delta(seq, piece.text, piece.channel, piece.index, piece.call_id, piece.name)
+
+
+def _merged(pieces: list[str | Part]) -> list[str | Part]:
+    """Runs of the same channel (and call) joined: a call's first part takes the argument
+    text after it along; the next call starts a part of its own."""
+    out: list[str | Part] = []
+    for piece in pieces:
+        last = out[-1] if out else None
+        if isinstance(piece, str):
+            if isinstance(last, str):
+                out[-1] = last + piece
+            else:
+                out.append(piece)
+        elif (isinstance(last, Part) and piece.call_id is None and last.channel == piece.channel
+              and last.index == piece.index):
+            out[-1] = Part(last.text + piece.text, last.channel, last.index, last.call_id,
+                           last.name)
+        else:
+            out.append(piece)
+    return out
 
 
 class Cursor:

@@ -1,4 +1,5 @@
-"""Sans-IO text assembly: UTF-8-safe incremental detokenization and stop-string hold-back.
+"""Sans-IO text assembly: UTF-8-safe incremental detokenization, stop-string hold-back, and
+the split of an answer into content and tool calls.
 
 Nothing here does I/O or knows about engines; engines feed token bytes or ids in, the
 session feeds text through a StopMatcher. Every class is deterministic and property-tested.
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import codecs
 from collections.abc import Callable, Sequence
+
+from .types import Part
 
 
 class Utf8Decoder:
@@ -105,3 +108,115 @@ class StopMatcher:
                     longest = n
                     break
         return longest
+
+
+class ToolCallSplitter:
+    """An answer that may be tool calls, split into content text and tool-call parts.
+
+    The grammar the answer was generated under (constrain/tools.py) allows either text that
+    never holds the opening tag, or calls written exactly as `open + head + NAME + mid +
+    ARGUMENTS + close`, separated by `between`; so this reads them with no guessing, and
+    streams each call's arguments as they are written. `feed` returns, in order, content
+    strings and Parts (a call's first Part has its id and name and empty text; the next
+    ones its argument JSON). Text the grammar would not write where it stands (only an
+    engine without the grammar could) is passed on as content from that point."""
+
+    def __init__(self, open_: str, head: str, mid: str, close: str, between: str,
+                 new_id: Callable[[], str]) -> None:
+        self._open, self._head, self._mid = open_, head, mid
+        self._close, self._between = close, between
+        self._new_id = new_id
+        self._state = "start"
+        self._buf = ""
+        self.calls = 0  # calls begun
+        self._depth = 0  # the argument JSON's nesting, outside strings
+        self._in_string = self._escaped = self._opened = False
+
+    def feed(self, text: str) -> list[str | Part]:
+        out: list[str | Part] = []
+        if self._state == "text":  # the common case: a plain answer
+            if text:
+                out.append(text)
+            return out
+        self._buf += text
+        while self._buf and self._step(out):
+            pass
+        return out
+
+    def flush(self) -> list[str | Part]:
+        """At the end: held text that turned out to be content (a call cut short by
+        max_tokens before its name is complete is left out: no call had begun)."""
+        held, self._buf = self._buf, ""
+        if held and self._state in ("start", "text", "between"):
+            return [held]
+        return []
+
+    def _step(self, out: list[str | Part]) -> bool:
+        """Consumes what it can of the buffer; False when it must wait for more."""
+        buf, state = self._buf, self._state
+        if state in ("start", "between"):
+            expect = self._open if state == "start" else self._between + self._open
+            if buf.startswith(expect):
+                self._buf, self._state = buf[len(expect):], "head"
+                return True
+            if expect.startswith(buf):
+                return False  # maybe the tag: wait
+            self._state, self._buf = "text", ""
+            out.append(buf)
+            return False
+        if state == "head":
+            if not buf.startswith(self._head):
+                return self._not_a_call(out) if not self._head.startswith(buf) else False
+            end = buf.find('"', len(self._head))
+            if end < 0 or len(buf) < end + len(self._mid):
+                return False
+            if not buf.startswith(self._mid, end):
+                return self._not_a_call(out)
+            out.append(Part("", "tool_call", self.calls, self._new_id(),
+                            buf[len(self._head):end]))
+            self._buf, self._state = buf[end + len(self._mid):], "args"
+            self._depth, self._in_string, self._escaped, self._opened = 0, False, False, False
+            return True
+        if state == "args":
+            end = self._scan(buf)
+            piece = buf if end < 0 else buf[:end]
+            if piece:
+                out.append(Part(piece, "tool_call", self.calls))
+            if end < 0:
+                self._buf = ""
+                return False
+            self._buf, self._state = buf[end:], "close"
+            return True
+        # close: the rest of the call's wrapper
+        if buf.startswith(self._close):
+            self._buf, self._state = buf[len(self._close):], "between"
+            self.calls += 1
+            return True
+        return self._not_a_call(out) if not self._close.startswith(buf) else False
+
+    def _scan(self, text: str) -> int:
+        """Where the argument JSON ends in `text` (just past its closing bracket), or -1."""
+        for i, c in enumerate(text):
+            if self._in_string:
+                if self._escaped:
+                    self._escaped = False
+                elif c == "\\":
+                    self._escaped = True
+                elif c == '"':
+                    self._in_string = False
+            elif c == '"':
+                self._in_string = True
+            elif c in "{[":
+                self._depth += 1
+                self._opened = True
+            elif c in "}]":
+                self._depth -= 1
+                if self._opened and self._depth == 0:
+                    return i + 1
+        return -1
+
+    def _not_a_call(self, out: list[str | Part]) -> bool:
+        """Text the grammar would not write here: passed on as content from now on."""
+        out.append(self._buf)
+        self._buf, self._state = "", "text"
+        return False

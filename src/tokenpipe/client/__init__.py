@@ -38,7 +38,8 @@ class ServerError(Exception):
 
 
 class Generation:
-    """One generation: iterate it for text pieces; `start`, `end` and `deltas` hold frames."""
+    """One generation: iterate it for text pieces (the answer's content); `start`, `end`
+    and `deltas` hold frames; `tool_calls` the calls it made (with `tools` in params)."""
 
     def __init__(self, client: Client, gen_id: str) -> None:
         self.client = client
@@ -52,7 +53,20 @@ class Generation:
 
     @property
     def text(self) -> str:
-        return "".join(d["text"] for d in self.deltas)
+        """The content so far (not reasoning, not tool-call arguments)."""
+        return "".join(d["text"] for d in self.deltas if d.get("channel", "content")
+                       == "content")
+
+    @property
+    def tool_calls(self) -> list[dict[str, str]]:
+        """The calls so far: [{"id", "name", "arguments"}], arguments as JSON text."""
+        calls: list[dict[str, str]] = []
+        for d in self.deltas:
+            if d.get("channel") == "tool_call":
+                if "call_id" in d:
+                    calls.append({"id": d["call_id"], "name": d["name"], "arguments": ""})
+                calls[d["index"]]["arguments"] += d["text"]
+        return calls
 
     async def cancel(self) -> None:
         await self.client.send({"type": "cancel", "id": self.id})
@@ -66,7 +80,8 @@ class Generation:
             kind = frame["type"]
             if kind == "delta":
                 self.deltas.append(frame)
-                yield frame["text"]
+                if frame.get("channel", "content") == "content":
+                    yield frame["text"]
             elif kind == "start":
                 self.start = frame
             elif kind == "queued":

@@ -17,9 +17,11 @@ OpenAI's shape, any other gets them in a generic system section (docs/tools.md).
 from __future__ import annotations
 
 import json
+import secrets
 from typing import Any
 
 from ..errors import BadRequest
+from ..text import ToolCallSplitter
 from ..types import GenerationRequest, Message, OutputFormat, Tool, ToolCall
 from .grammars import WHITESPACE, bounded
 
@@ -28,6 +30,16 @@ HEAD = '{"name": "'
 MID = '", "arguments": '
 CLOSE = "}\n</tool_call>"
 BETWEEN = "\n"  # between two calls
+
+
+def new_call_id() -> str:
+    """A call's id, as OpenAI's look (`call_` and 24 letters and digits)."""
+    return "call_" + secrets.token_hex(12)
+
+
+def tool_call_splitter() -> ToolCallSplitter:
+    """A splitter for answers written in this format."""
+    return ToolCallSplitter(OPEN, HEAD, MID, CLOSE, BETWEEN, new_call_id)
 
 
 def call_text(call: ToolCall) -> str:
@@ -78,10 +90,10 @@ def _arguments_schema(tool: Tool, param: str) -> str:
         schema = json.loads(tool.parameters)
     except ValueError:
         raise BadRequest(f"the parameters of {tool.name!r} are not JSON", param=param) from None
-    if not isinstance(schema, dict):
-        raise BadRequest(f"the parameters of {tool.name!r} are not a JSON Schema object",
-                         param=param)
-    return _with_whitespace(schema)
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+        raise BadRequest(f"the parameters of {tool.name!r} must be a JSON Schema of an "
+                         'object ("type": "object")', param=param)
+    return _with_whitespace({"type": "object", **schema})
 
 
 def _with_whitespace(schema: Any) -> str:

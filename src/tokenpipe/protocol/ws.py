@@ -11,6 +11,7 @@ from json.encoder import encode_basestring
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic_core import PydanticCustomError
 
 from ..errors import BadRequest, MaxTokensAboveLimit, TokenpipeError
 from ..types import (
@@ -22,8 +23,16 @@ from ..types import (
     Queued,
     SamplingParams,
     Started,
+    ToolCall,
 )
-from .formats import ResponseFormat
+from .formats import (
+    MessageToolCall,
+    ResponseFormat,
+    ToolChoiceField,
+    ToolSpec,
+    check_tools,
+    tool_choice_of,
+)
 
 PROTOCOL = "tokenpipe.v1"
 BEARER_PREFIX = "tokenpipe.bearer."  # + base64url(key): how a browser sends its API key
@@ -36,8 +45,23 @@ class _Frame(BaseModel):
 
 
 class WireMessage(_Frame):
-    role: Literal["system", "user", "assistant"]
+    """A turn: `tool_calls` on an assistant turn that made calls, `tool_call_id` on a
+    `tool` turn (a call's result), in OpenAI's shapes."""
+
+    role: Literal["system", "user", "assistant", "tool"]
     content: str
+    tool_calls: list[MessageToolCall] | None = Field(default=None, max_length=128)
+    tool_call_id: Annotated[str, StringConstraints(min_length=1, max_length=256)] | None = None
+
+    def to_message(self) -> Message:
+        if self.tool_calls and self.role != "assistant":
+            raise BadRequest("only assistant messages have tool_calls", param="messages")
+        if (self.role == "tool") != (self.tool_call_id is not None):
+            raise BadRequest("a tool message needs tool_call_id, and only a tool message "
+                             "has one", param="messages")
+        calls = tuple(ToolCall(c.id, c.function.name, c.function.arguments)
+                      for c in self.tool_calls or ())
+        return Message(self.role, self.content, calls, self.tool_call_id)
 
 
 class Params(_Frame):
@@ -52,6 +76,9 @@ class Params(_Frame):
     seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
     stop: list[StopString] = Field(default_factory=list, max_length=16)
     response_format: ResponseFormat | None = None
+    tools: list[ToolSpec] | None = Field(default=None, max_length=128)
+    tool_choice: ToolChoiceField = None
+    parallel_tool_calls: bool | None = None
 
     def to_sampling(self) -> SamplingParams:
         return SamplingParams(
@@ -82,11 +109,20 @@ class Generate(_Frame):
             raise BadRequest("generate needs exactly one of messages or prompt", param="messages")
         messages = None
         if self.messages is not None:
-            messages = tuple(Message(m.role, m.content) for m in self.messages)
+            messages = tuple(m.to_message() for m in self.messages)
         params = self.params
         fmt = None if params.response_format is None else params.response_format.to_format()
-        return GenerationRequest(messages, self.prompt, params.to_sampling(), self.model,
-                                 fmt)
+        if params.tools and self.prompt is not None:
+            raise BadRequest("tools need messages (a chat), not a raw prompt",
+                             param="tools")
+        try:
+            check_tools(params.tools, params.tool_choice)
+        except PydanticCustomError as exc:
+            raise BadRequest(exc.message(), param=(exc.context or {}).get("param")) from None
+        return GenerationRequest(
+            messages, self.prompt, params.to_sampling(), self.model, fmt,
+            tuple(t.to_tool() for t in params.tools or ()),
+            tool_choice_of(params.tool_choice, params.parallel_tool_calls))
 
 
 class Cancel(_Frame):
@@ -275,7 +311,15 @@ def error_of(exc: TokenpipeError, stream_id: str | None = None) -> dict[str, Any
 def event_frame(stream_id: str, event: Event) -> dict[str, Any]:
     """A session event as the frame of stream `stream_id`."""
     if isinstance(event, Delta):
-        return {"type": "delta", "id": stream_id, "seq": event.seq, "text": event.text}
+        delta: dict[str, Any] = {"type": "delta", "id": stream_id, "seq": event.seq,
+                                 "text": event.text}
+        if event.channel != "content":  # only a client that asked for tools gets these
+            delta["channel"] = event.channel
+            if event.channel == "tool_call":
+                delta["index"] = event.index
+                if event.call_id is not None:
+                    delta["call_id"], delta["name"] = event.call_id, event.name
+        return delta
     if isinstance(event, Queued):
         return {"type": "queued", "id": stream_id, "position": event.position}
     if isinstance(event, Started):
@@ -311,6 +355,6 @@ class EventText:
         self._head = '{"type":"delta","id":' + encode_basestring(stream_id) + ',"seq":'
 
     def __call__(self, event: Event) -> str:
-        if isinstance(event, Delta):
+        if isinstance(event, Delta) and event.channel == "content":
             return f'{self._head}{event.seq},"text":{encode_basestring(event.text)}}}'
         return dumps(event_frame(self.stream_id, event))

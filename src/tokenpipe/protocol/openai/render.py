@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ...types import Usage
+from ...types import Delta, Usage
 from .. import sse
 from .responses import (
     AssistantMessage,
@@ -19,8 +19,12 @@ from .responses import (
     ChunkChoice,
     ChunkDelta,
     Completion,
+    FunctionCall,
+    FunctionDelta,
     PromptTokensDetails,
     TextChoice,
+    ToolCallDelta,
+    ToolCallOut,
     UsageInfo,
     now,
 )
@@ -72,15 +76,39 @@ class ChatRender:
             self._around = _template(self._chunk(ChunkChoice(delta=ChunkDelta(content=_MARK))))
         return _fill(self._around, text)
 
+    def part(self, delta: Delta) -> bytes:
+        """A delta of a channel other than content: a tool call's start or arguments."""
+        call = ToolCallDelta(index=delta.index, function=FunctionDelta(arguments=delta.text))
+        if delta.call_id is not None:
+            call.id, call.type, call.function.name = delta.call_id, "function", delta.name
+        return self._chunk(ChunkChoice(delta=ChunkDelta(tool_calls=[call])))
+
     def finish(self, reason: str) -> bytes:
         return self._chunk(ChunkChoice(delta=ChunkDelta(), finish_reason=reason))  # type: ignore[arg-type]
 
     def usage(self, usage: Usage) -> bytes:
         return self._chunk(None, usage)
 
-    def whole(self, text: str, reason: str, usage: Usage) -> BaseModel:
+    def whole(self, deltas: list[Delta], reason: str, usage: Usage) -> BaseModel:
+        text = "".join(d.text for d in deltas if d.channel == "content")
+        calls = tool_calls(deltas)
+        message = AssistantMessage(content=None if calls and not text else text,
+                                   tool_calls=calls or None)
         return ChatCompletion(**self.head, usage=usage_info(usage), choices=[ChatChoice(
-            message=AssistantMessage(content=text), finish_reason=reason)])  # type: ignore[arg-type]
+            message=message, finish_reason=reason)])  # type: ignore[arg-type]
+
+
+def tool_calls(deltas: list[Delta]) -> list[ToolCallOut]:
+    """The calls of a whole answer, from its tool_call deltas."""
+    calls: list[ToolCallOut] = []
+    for d in deltas:
+        if d.channel != "tool_call":
+            continue
+        if d.call_id is not None:
+            calls.append(ToolCallOut(id=d.call_id, function=FunctionCall(name=d.name or "",
+                                                                         arguments="")))
+        calls[d.index].function.arguments += d.text
+    return calls
 
 
 class CompletionRender:
@@ -109,7 +137,11 @@ class CompletionRender:
     def usage(self, usage: Usage) -> bytes:
         return self._chunk([], usage)
 
-    def whole(self, text: str, reason: str, usage: Usage) -> BaseModel:
+    def part(self, delta: Delta) -> bytes:
+        return b""  # completions have no other channel
+
+    def whole(self, deltas: list[Delta], reason: str, usage: Usage) -> BaseModel:
+        text = "".join(d.text for d in deltas if d.channel == "content")
         return Completion(**self.head, usage=usage_info(usage), choices=[TextChoice(
             text=text, finish_reason=reason)])  # type: ignore[arg-type]
 

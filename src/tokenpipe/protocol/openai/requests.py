@@ -3,10 +3,12 @@ user who relies on the answer meaning what they asked.
 
 - Every sampling parameter the core honours is accepted with OpenAI's ranges, plus vLLM's
   extras `top_k` (-1 or 0: off), `min_p` and `repetition_penalty`.
-- OpenAI features this server cannot honour (`tools`, `functions`, `logprobs`, `n` > 1,
-  `audio`, ...) are refused with 400 naming the
-  parameter (code `unsupported_parameter` / `unsupported_value`), never silently ignored;
-  their neutral values (`tools: []`, `logprobs: false`, `n: 1`, ...) pass.
+- `response_format` (json_object, json_schema) and `tools` are generated under a grammar
+  (constrain/).
+- OpenAI features this server cannot honour (`functions`, `logprobs`, `n` > 1, `audio`,
+  ...) are refused with 400 naming the parameter (code `unsupported_parameter` /
+  `unsupported_value`), never silently ignored; their neutral values (`logprobs: false`,
+  `n: 1`, ...) pass.
 - Fields the official SDKs send that do not change the answer (`user`, `metadata`, `store`,
   `service_tier`, `parallel_tool_calls`, `prompt_cache_key`, `safety_identifier`) are
   accepted and ignored.
@@ -30,8 +32,15 @@ from pydantic import (
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
-from ...types import GenerationRequest, Message, OutputFormat, SamplingParams
-from ..formats import ResponseFormat
+from ...types import GenerationRequest, Message, OutputFormat, SamplingParams, ToolCall
+from ..formats import (
+    MessageToolCall,
+    NamedToolChoice,
+    ResponseFormat,
+    ToolSpec,
+    check_tools,
+    tool_choice_of,
+)
 
 MAX_STOP = 16  # OpenAI allows 4; the core's matcher takes more, as vLLM does
 
@@ -198,21 +207,40 @@ Content = Annotated[
 
 
 class ChatMessage(_Body):
-    role: Literal["system", "developer", "user", "assistant"] = Field(
-        description="`developer` is read as `system`; tool messages are not supported.")
-    content: Content
+    role: Literal["system", "developer", "user", "assistant", "tool"] = Field(
+        description="`developer` is read as `system`; `tool` carries a call's result.")
+    content: Content | None = None
     name: str | None = Field(default=None, description="Accepted and ignored.")
-    tool_calls: Annotated[Refused, _refuse(([],), "tool calls are not supported")] = None
+    tool_calls: list[MessageToolCall] | None = Field(
+        default=None, description="An assistant turn's calls (the history of a tool loop).")
+    tool_call_id: str | None = Field(default=None, min_length=1, max_length=256,
+                                     description="A tool turn: the call it answers.")
     function_call: Annotated[Refused, _refuse((), "function calls are not supported")] = None
     refusal: Annotated[Refused, _refuse(("",), "refusal is not supported")] = None
 
+    @model_validator(mode="after")
+    def _turn_shape(self) -> ChatMessage:
+        if self.tool_calls and self.role != "assistant":
+            raise PydanticCustomError("invalid_value", "only assistant messages have "
+                                      "tool_calls", {"param": "tool_calls"})
+        if (self.role == "tool") != (self.tool_call_id is not None):
+            raise PydanticCustomError(
+                "invalid_value", "a tool message needs tool_call_id, and only a tool "
+                "message has one", {"param": "tool_call_id"})
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise PydanticCustomError("missing", "Field required", {"param": "content"})
+        return self
+
     def to_message(self) -> Message:
-        return Message("system" if self.role == "developer" else self.role, self.content)
+        role = "system" if self.role == "developer" else self.role
+        calls = tuple(ToolCall(c.id, c.function.name, c.function.arguments)
+                      for c in self.tool_calls or ())
+        return Message(role, self.content or "", calls, self.tool_call_id)
 
 
 class ChatCompletionRequest(_Sampling):
     """POST /v1/chat/completions. Parameters OpenAI defines and tokenpipe cannot honour
-    (tools, functions, logprobs, response_format json, audio, prediction, ...) answer 400."""
+    (functions, logprobs, audio, prediction, ...) answer 400."""
 
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = Field(default=None, ge=1, description="Absent means the "
@@ -220,12 +248,16 @@ class ChatCompletionRequest(_Sampling):
     max_completion_tokens: int | None = Field(default=None, ge=1,
                                               description="The same as max_tokens.")
     modalities: list[str] | None = Field(default=None, description='Only ["text"].')
-    parallel_tool_calls: bool | None = Field(default=None, description="Accepted and "
-                                             "ignored (no tools).")
+    tools: list[ToolSpec] | None = Field(
+        default=None, max_length=128, description="Functions the model may call: each call "
+        "is generated under a grammar of the offered functions' schemas.")
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = Field(
+        default=None, description="auto (default with tools): text or calls; none; "
+        "required: at least one call; a named function: a call of it.")
+    parallel_tool_calls: bool | None = Field(default=None, description="false: at most "
+                                             "one call per answer.")
     logprobs: Annotated[Refused, _refuse((False,), "logprobs are not supported")] = None
     top_logprobs: Annotated[Refused, _refuse((0,), "logprobs are not supported")] = None
-    tools: Annotated[Refused, _refuse(([],), "tools (function calling) are not supported")] = None
-    tool_choice: Annotated[Refused, _refuse(("none",), "tools are not supported")] = None
     functions: Annotated[Refused, _refuse(([],), "functions are not supported")] = None
     function_call: Annotated[Refused, _refuse(("none",), "functions are not supported")] = None
     audio: Annotated[Refused, _refuse((), "audio output is not supported")] = None
@@ -250,6 +282,11 @@ class ChatCompletionRequest(_Sampling):
                 {"param": "max_completion_tokens"})
         return self
 
+    @model_validator(mode="after")
+    def _tools_named_once(self) -> ChatCompletionRequest:
+        check_tools(self.tools, self.tool_choice)
+        return self
+
     @property
     def max_tokens_param(self) -> str:
         return "max_completion_tokens" if self.max_completion_tokens else "max_tokens"
@@ -257,8 +294,11 @@ class ChatCompletionRequest(_Sampling):
     def to_request(self) -> GenerationRequest:
         messages = tuple(m.to_message() for m in self.messages)
         params = self.sampling(self.max_completion_tokens or self.max_tokens)
+        tools = tuple(t.to_tool() for t in self.tools or ())
         return GenerationRequest(messages=messages, params=params, model=self.model,
-                                 format=self.format)
+                                 format=self.format, tools=tools,
+                                 tool_choice=tool_choice_of(self.tool_choice,
+                                                            self.parallel_tool_calls))
 
 
 def _one_prompt(value: Any) -> Any:

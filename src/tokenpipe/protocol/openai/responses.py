@@ -31,13 +31,33 @@ class UsageInfo(BaseModel):
         default_factory=CompletionTokensDetails)
 
 
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str = Field(description="The arguments as JSON text: valid for the "
+                           "function's schema (they are generated under it).")
+
+
+class ToolCallOut(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
     refusal: None = None
+    tool_calls: list[ToolCallOut] | None = None
+
+    @model_serializer(mode="wrap")
+    def _calls_when_made(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("tool_calls") is None:
+            data.pop("tool_calls", None)
+        return data
 
 
-FinishReasonName = Literal["stop", "length", "cancelled"]
+FinishReasonName = Literal["stop", "length", "tool_calls", "cancelled"]
 
 
 class ChatChoice(BaseModel):
@@ -57,12 +77,36 @@ class ChatCompletion(BaseModel):
     system_fingerprint: None = None
 
 
+class FunctionDelta(BaseModel):
+    name: str | None = None
+    arguments: str = ""
+
+
+class ToolCallDelta(BaseModel):
+    """A call's first delta has `index`, `id`, `type` and `function.name`; the next ones
+    `index` and a fragment of `function.arguments`."""
+
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: FunctionDelta
+
+    @model_serializer(mode="wrap")
+    def _only_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        out = {k: v for k, v in data.items() if v is not None}
+        out["function"] = {k: v for k, v in data["function"].items() if v is not None}
+        return out
+
+
 class ChunkDelta(BaseModel):
     """Only what changed, as OpenAI sends it: `{"role": "assistant", "content": ""}` first,
-    then `{"content": "..."}`, and `{}` in the chunk with the finish_reason."""
+    then `{"content": "..."}` or `{"tool_calls": [...]}`, and `{}` in the chunk with the
+    finish_reason."""
 
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
     @model_serializer(mode="wrap")
     def _only_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

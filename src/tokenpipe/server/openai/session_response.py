@@ -116,7 +116,8 @@ class SessionResponse(Response):
                     opened = True
                     out.append(shape.opening())
                 if isinstance(event, Delta):
-                    out.append(shape.delta(event.text))
+                    out.append(shape.delta(event.text) if event.channel == "content"
+                               else shape.part(event))
                 elif isinstance(event, Finished):
                     out.append(shape.finish(event.reason.value))
                     if self.include_usage:
@@ -141,12 +142,12 @@ class SessionResponse(Response):
                 return
 
     async def _whole(self, cursor: Cursor, send: Send) -> None:
-        parts: list[str] = []
+        deltas: list[Delta] = []
         async for event in cursor:
             if isinstance(event, Delta):
-                parts.append(event.text)
+                deltas.append(event)
             elif isinstance(event, Finished):
-                body = self.shape.whole("".join(parts), event.reason.value, event.usage)
+                body = self.shape.whole(deltas, event.reason.value, event.usage)
                 response: Response = Response(body.model_dump_json(),
                                               media_type="application/json")
                 await response(self._scope, _no_receive, send)
