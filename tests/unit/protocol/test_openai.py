@@ -94,8 +94,9 @@ def test_neutral_values_and_harmless_fields_pass() -> None:
     ({"messages": USER, "stop": ["x"] * 17}, "stop", "invalid_value"),
     ({"messages": USER, "n": 0}, "n", "integer_below_min_value"),
     ({"messages": USER, "n": 2}, "n", "unsupported_value"),
-    ({"messages": USER, "tools": [{"type": "function"}]}, "tools", "unsupported_parameter"),
-    ({"messages": USER, "tool_choice": "auto"}, "tool_choice", "unsupported_parameter"),
+    ({"messages": USER, "tools": [{"type": "function"}]}, "tools[0].function",
+     "missing_required_parameter"),
+    ({"messages": USER, "tool_choice": "required"}, "tool_choice", "invalid_value"),
     ({"messages": USER, "functions": [{"name": "f"}]}, "functions", "unsupported_parameter"),
     ({"messages": USER, "logprobs": True}, "logprobs", "unsupported_parameter"),
     ({"messages": USER, "top_logprobs": 3}, "top_logprobs", "unsupported_parameter"),
@@ -117,12 +118,18 @@ def test_neutral_values_and_harmless_fields_pass() -> None:
      "max_completion_tokens", "invalid_value"),
     ({}, "messages", "missing_required_parameter"),
     ({"messages": []}, "messages", "invalid_value"),
-    ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role", "invalid_value"),
+    ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].tool_call_id",
+     "invalid_value"),
+    ({"messages": [{"role": "user", "content": "x", "tool_call_id": "c"}]},
+     "messages[0].tool_call_id", "invalid_value"),
     ({"messages": [{"role": "user"}]}, "messages[0].content", "missing_required_parameter"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
      "messages[0].content", "unsupported_value"),
     ({"messages": [{"role": "assistant", "content": "", "tool_calls": [{"id": "1"}]}]},
-     "messages[0].tool_calls", "unsupported_parameter"),
+     "messages[0].tool_calls[0].type", "missing_required_parameter"),
+    ({"messages": [{"role": "user", "content": "x", "tool_calls": [{
+        "id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]},
+     "messages[0].tool_calls", "invalid_value"),
 ])
 def test_chat_refusals_name_the_param(body: dict[str, Any], param: str, code: str) -> None:
     assert refusal(ChatCompletionRequest, body)[:2] == (param, code)

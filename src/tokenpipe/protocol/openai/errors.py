@@ -71,7 +71,8 @@ def validation_error(errors: Sequence[Any]) -> OpenAIError:
     loc = [p for p in err.get("loc", ()) if p != "body"]
     kind: str = err.get("type", "")
     ctx = err.get("ctx") or {}
-    param = ctx.get("param") or param_name(loc)
+    # a validator names the field as `param` (absolute) or `field` (inside its loc)
+    param = ctx.get("param") or param_name([*loc, ctx["field"]] if "field" in ctx else loc)
     msg = str(err.get("msg", "invalid")).removeprefix("Value error, ").rstrip(".")
     got = err.get("input")
     if kind == "json_invalid":

@@ -222,13 +222,13 @@ class ChatMessage(_Body):
     def _turn_shape(self) -> ChatMessage:
         if self.tool_calls and self.role != "assistant":
             raise PydanticCustomError("invalid_value", "only assistant messages have "
-                                      "tool_calls", {"param": "tool_calls"})
+                                      "tool_calls", {"field": "tool_calls"})
         if (self.role == "tool") != (self.tool_call_id is not None):
             raise PydanticCustomError(
                 "invalid_value", "a tool message needs tool_call_id, and only a tool "
-                "message has one", {"param": "tool_call_id"})
+                "message has one", {"field": "tool_call_id"})
         if self.content is None and not (self.role == "assistant" and self.tool_calls):
-            raise PydanticCustomError("missing", "Field required", {"param": "content"})
+            raise PydanticCustomError("missing", "Field required", {"field": "content"})
         return self
 
     def to_message(self) -> Message:
