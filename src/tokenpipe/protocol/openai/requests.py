@@ -29,6 +29,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.config import JsonDict
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
@@ -206,7 +207,27 @@ Content = Annotated[
 ]
 
 
+_NULL_OR_EMPTY: JsonDict = {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]}
+# What _turn_shape checks, for /docs and the schema-driven tests: a tool turn (and only a
+# tool turn) has tool_call_id; only an assistant turn has tool calls, and only it may have
+# null content when it has calls.
+_TURN_RULES: JsonDict = {"allOf": [
+    {"if": {"properties": {"role": {"const": "tool"}}, "required": ["role"]},
+     "then": {"required": ["tool_call_id"],
+              "properties": {"tool_call_id": {"type": "string"}}},
+     "else": {"properties": {"tool_call_id": {"type": "null"}}}},
+    {"if": {"properties": {"role": {"const": "assistant"}}, "required": ["role"]},
+     "then": {"anyOf": [
+         {"required": ["content"], "properties": {"content": {"not": {"type": "null"}}}},
+         {"required": ["tool_calls"], "properties": {"tool_calls": {"minItems": 1}}}]},
+     "else": {"required": ["content"], "properties": {
+         "content": {"not": {"type": "null"}}, "tool_calls": _NULL_OR_EMPTY}}},
+]}
+
+
 class ChatMessage(_Body):
+    model_config = ConfigDict(json_schema_extra=_TURN_RULES)
+
     role: Literal["system", "developer", "user", "assistant", "tool"] = Field(
         description="`developer` is read as `system`; `tool` carries a call's result.")
     content: Content | None = None
