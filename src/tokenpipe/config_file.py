@@ -110,7 +110,7 @@ def parse_duration(value: Any) -> float:
         return float(value)
     if isinstance(value, str):
         text = value.strip()
-        if re.fullmatch(r"-\d+(\.\d+)?", text):
+        if re.fullmatch(r"-?\d+(\.\d+)?", text):  # plain seconds, as Ollama takes them
             return float(text)
         parts = _DURATION.findall(text)
         if parts and "".join(n + u for n, u in parts) == text:
