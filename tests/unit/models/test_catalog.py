@@ -137,8 +137,8 @@ def test_an_unknown_name_lists_what_there_is(home: Path) -> None:
     text = str(info.value)
     assert text.startswith("unknown model 'llama3.2:1b'")
     assert "ollama:smol:latest" in text and "bundled:smollm2" in text
-    with pytest.raises(ModelNotFound, match="unknown model 'lmstudio:nope'.*in the lmstudio "
-                                            "store.*lmstudio:old/Legacy-GGUF"):
+    with pytest.raises(ModelNotFound, match=r"unknown model 'lmstudio:nope'.*in the lmstudio "
+                                            r"store.*lmstudio:old/Legacy-GGUF"):
         resolve("lmstudio:nope", places(home))
 
 
@@ -150,7 +150,7 @@ def test_paths_and_hub_ids_are_not_names(home: Path, gguf: Path) -> None:
 
 def test_a_broken_store_is_warnings_and_the_rest_still_listed(home: Path, gguf: Path) -> None:
     manifests = home / ".ollama" / "models" / "manifests" / "registry.ollama.ai" / "library"
-    (manifests / "bad" ).mkdir()
+    (manifests / "bad").mkdir()
     (manifests / "bad" / "latest").write_text("{not json")
     (manifests / "nolayer").mkdir()
     (manifests / "nolayer" / "latest").write_text(json.dumps({"layers": []}))
