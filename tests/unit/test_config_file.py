@@ -128,3 +128,12 @@ def test_keep_alive_durations(value: object, seconds: float) -> None:
 def test_bad_durations(value: object) -> None:
     with pytest.raises(ValueError, match="a duration"):
         parse_duration(value)
+
+
+def test_the_documented_example_loads(tmp_path: Path) -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
+    block = doc.split("```toml\n", 1)[1].split("```", 1)[0]
+    s = Settings.load(write(tmp_path, block), environ={})
+    assert [m.name for m in s.model_configs] == ["small", "big"]
+    assert s.model_dirs == (str(tmp_path / "models"),)
+    assert s.model_configs[0].keep_alive_s == 300.0
