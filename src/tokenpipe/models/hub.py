@@ -1,6 +1,6 @@
 """`hf:` names missing from the cache: downloaded with huggingface_hub (its progress bar on a
-terminal; an interrupted download resumes from its .incomplete file), or, with no network to
-the hub, an error at once that says so and gives the command that would get the file."""
+terminal; a connection dropped mid-file is resumed with a Range request), or, with no network
+to the hub, an error at once that says so and gives the command that would get the file."""
 
 from __future__ import annotations
 
