@@ -113,8 +113,12 @@ def list_models(args: argparse.Namespace, settings: Settings) -> int:
     from .models import Places
     from .models.listing import write
 
-    return write(Places(environ=dict(os.environ), model_dirs=settings.model_dirs),
-                 as_json=args.json)
+    try:
+        return write(Places(environ=dict(os.environ), model_dirs=settings.model_dirs),
+                     as_json=args.json)
+    except BrokenPipeError:  # `tokenpipe models | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def serve(settings: Settings) -> None:
