@@ -1,4 +1,4 @@
-"""tokenpipe serve | chat | bench: parse flags, call into the package."""
+"""tokenpipe serve | models | chat | bench: parse flags, call into the package."""
 
 from __future__ import annotations
 
@@ -12,13 +12,21 @@ from .config import ENGINES, Settings, parse_model_spec
 
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="run the server (WebSocket, OpenAI API, web UI)",
-                       description="Every flag also reads TOKENPIPE_<NAME> from the environment.")
+                       description="Every flag also reads TOKENPIPE_<NAME> from the environment "
+                                   "and is a key of the --config file (flag > environment > "
+                                   "file > default).")
+    p.add_argument("--config", help="a TOML configuration file (docs/configuration.md)")
     p.add_argument("--host", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8000)")
     p.add_argument("--engine", choices=sorted(ENGINES), help="engine (default llamacpp)")
     p.add_argument("--model", action="append",
-                   help="GGUF path, HF folder or hub id (default: bundled SmolLM2); or, "
-                        "repeated, NAME=[ENGINE:]SPEC for several models in one server")
+                   help="a name `tokenpipe models` lists (smollm2, ollama:llama3.2:1b, "
+                        "hf:org/repo/file.gguf), a GGUF path, HF folder or hub id (default: "
+                        "bundled SmolLM2); or, repeated, NAME=[ENGINE:]SPEC for several "
+                        "models in one server")
+    p.add_argument("--chat-template", help="a Jinja chat template file, in place of the "
+                                           "model's own")
+    p.add_argument("--model-dirs", help="comma-separated folders of GGUF files to look in")
     p.add_argument("--model-id", help="the model name clients see (default: from the file)")
     p.add_argument("--ctx-size", type=int, help="total context tokens (default 8192)")
     p.add_argument("--parallel", type=int, help="sequences decoded together (default 8)")
@@ -83,15 +91,45 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         raise ValueError("several --model values must each be NAME=[ENGINE:]SPEC")
     elif models:
         overrides["model"] = models[0]
-    for name in ("allowed_origins", "allowed_hosts"):
+    for name in ("allowed_origins", "allowed_hosts", "model_dirs"):
         if isinstance(overrides.get(name), str):
             overrides[name] = tuple(s.strip() for s in overrides[name].split(",") if s.strip())
-    return Settings.from_env(**overrides)
+    return Settings.load(getattr(args, "config", None), **overrides)
+
+
+def _models_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("models", help="list the GGUF models on this machine",
+                       description="Models found in the bundled package, Ollama's store, LM "
+                                   "Studio's folders, the Hugging Face cache and model_dirs; "
+                                   "each NAME works as serve --model NAME.")
+    p.add_argument("--json", action="store_true", help="one JSON document")
+    p.add_argument("--config", help="a TOML configuration file (for its model_dirs)")
+    p.add_argument("--model-dirs", help="comma-separated folders of GGUF files to look in")
+
+
+def list_models(args: argparse.Namespace, settings: Settings) -> int:
+    import os
+
+    from .models import Places
+    from .models.listing import write
+
+    try:
+        return write(Places(environ=dict(os.environ), model_dirs=settings.model_dirs),
+                     as_json=args.json)
+    except BrokenPipeError:  # `tokenpipe models | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def serve(settings: Settings) -> None:
+    from .model_plans import resolve_plans
     from .server.app import run_server
 
+    try:  # names to files (a download, if any, runs here, before the server starts)
+        settings = dataclasses.replace(settings, plans=resolve_plans(settings))
+    except (ValueError, ImportError) as exc:  # ModelNotFound, a template, MissingDependency
+        print(f"tokenpipe serve: error: {exc}", file=sys.stderr)
+        sys.exit(2)
     try:
         run_server(settings)
     except KeyboardInterrupt:  # uvicorn re-raises a caught SIGINT once it has shut down
@@ -102,17 +140,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tokenpipe", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
+    _models_parser(sub)
     from .bench import add_parser as add_bench
     from .chat import add_parser as add_chat
 
     add_chat(sub)
     add_bench(sub)
     args = parser.parse_args(argv)
-    if args.command == "serve":
+    if args.command in ("serve", "models"):
         try:
             settings = settings_from_args(args)
         except (TypeError, ValueError) as exc:
-            parser.error(str(exc))
+            print(f"tokenpipe {args.command}: error: {exc}", file=sys.stderr)
+            return 2
+        if args.command == "models":
+            return list_models(args, settings)
         serve(settings)
         return 0
     result: int = args.run(args)

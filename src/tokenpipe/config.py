@@ -1,15 +1,23 @@
-"""Settings (CLI flags and TOKENPIPE_* environment variables) and the engine registry."""
+"""Settings (CLI flags, TOKENPIPE_* environment variables, the configuration file) and the
+engine registry. Precedence: flag > environment > file > default."""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from .config_file import ModelConfig, setting_types
+from .config_file import load as load_file
 from .engines.base import Engine, EngineOptions
 from .errors import MissingDependency
+
+if TYPE_CHECKING:
+    from .model_plans import ModelPlan
 
 # Engine name -> "module:Class", imported only when chosen (optional dependencies).
 ENGINES: dict[str, str] = {
@@ -68,18 +76,56 @@ class Settings:
     log_level: str = "info"
     log_format: str = "text"
     flood_close_s: float = 3.0  # /ws: over the frame budget every second this long: 1008
+    chat_template: str | None = None  # a Jinja template file, in place of the model's
+    model_dirs: tuple[str, ...] = ()  # folders of GGUF files `tokenpipe models` lists
+    # from the configuration file's [models.NAME] tables; not flags nor variables
+    model_configs: tuple[ModelConfig, ...] = ()
+    plans: tuple[ModelPlan, ...] = ()  # the models to serve, names resolved (resolve_plans)
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:
-        """Defaults, then TOKENPIPE_<FIELD> variables, then explicit overrides (CLI flags)."""
+    def from_env(cls, environ: Mapping[str, str] | None = None,
+                 file: dict[str, Any] | None = None, **overrides: Any) -> Settings:
+        """Defaults, then the configuration file's values, then TOKENPIPE_<FIELD> variables,
+        then explicit overrides (CLI flags)."""
         env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
+        values: dict[str, Any] = dict(file or {})
         for f in dataclasses.fields(cls):
             raw = env.get("TOKENPIPE_" + f.name.upper())
-            if raw is not None and raw != "":
+            if raw is not None and raw != "" and f.name not in INTERNAL:
                 values[f.name] = _parse(f.type, raw, f.name)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
+
+    @classmethod
+    def load(cls, config: str | None = None, environ: Mapping[str, str] | None = None,
+             **overrides: Any) -> Settings:
+        """from_env() over the configuration file at `config` (else TOKENPIPE_CONFIG's)."""
+        env = os.environ if environ is None else environ
+        path = config or env.get("TOKENPIPE_CONFIG") or None
+        if path is None:
+            return cls.from_env(env, **overrides)
+        values, tables = load_file(path, setting_types(cls))
+        if tables and "model" in values:
+            raise ValueError(f"{path}: give either model = ... or [models.NAME] tables")
+        base = Path(path).expanduser().parent  # the file's relative paths are its own
+        for key in ("chat_template", "model"):
+            if isinstance(values.get(key), str) and (base / values[key]).exists():
+                values[key] = str(base / values[key])
+        if "model_dirs" in values:
+            values["model_dirs"] = tuple(str(base / d) for d in values["model_dirs"])
+        tables = tuple(dataclasses.replace(t, source=_near(base, t.source),
+                                           chat_template=_near(base, t.chat_template))
+                       for t in tables)
+        return cls.from_env(env, file={**values, "model_configs": tables}, **overrides)
+
+    def model_config(self, name: str | None) -> ModelConfig | None:
+        return next((m for m in self.model_configs if m.name == name), None)
+
+    def default_max_tokens_for(self, model_id: str) -> int:
+        """max_tokens for a request that gives none: its model table's, else the server's."""
+        table = self.model_config(model_id)
+        value = table.default("max_tokens") if table else None
+        return self.default_max_tokens if value is None else int(value)
 
     def engine_options(self) -> EngineOptions:
         return EngineOptions(
@@ -96,6 +142,14 @@ class Settings:
             upstream_first_token_timeout_s=self.upstream_first_token_timeout_s,
             upstream_idle_timeout_s=self.upstream_idle_timeout_s,
         )
+
+
+INTERNAL = frozenset({"model_configs", "plans"})
+
+
+def _near(base: Path, value: str | None) -> str | None:
+    """A path the configuration file gives, relative to the file's folder when it is one."""
+    return str(base / value) if value is not None and (base / value).exists() else value
 
 
 def _parse(kind: Any, raw: str, name: str) -> Any:
@@ -148,18 +202,12 @@ def parse_model_spec(spec: str, default_engine: str) -> tuple[str, str, str]:
 
 
 def build_engines(settings: Settings) -> list[Engine]:
-    """One engine per model: --model given as NAME=SPEC (repeatable), else the single one."""
-    if not settings.models:
-        return [build_engine(settings)]
-    engines: list[Engine] = []
-    for spec in settings.models:
-        name, engine, target = parse_model_spec(spec, settings.engine)
-        base = settings.engine_options()
-        if engine == "openai":
-            options = dataclasses.replace(base, model=None, model_id=name, upstream=target)
-        else:
-            options = dataclasses.replace(base, model=target or None, model_id=name)
-        engines.append(engine_class(engine).from_options(options))
+    """One engine per model: the resolved plans, else --model NAME=SPEC (repeatable), the
+    single model, or the configuration file's tables."""
+    from .model_plans import engine_options, resolve_plans
+
+    plans = settings.plans or resolve_plans(settings, download=False)
+    engines = [engine_class(p.engine).from_options(engine_options(settings, p)) for p in plans]
     names = [e.info.model_id for e in engines]
     if len(set(names)) != len(names):
         raise ValueError(f"model names must be unique: {names}")

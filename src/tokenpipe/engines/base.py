@@ -152,6 +152,7 @@ class EngineOptions:
     upstream_key: str | None = None
     upstream_first_token_timeout_s: float = 60.0  # per replica tried
     upstream_idle_timeout_s: float = 30.0  # longest silence between chunks mid-answer
+    chat_template: str | None = None  # a Jinja chat template's text, in place of the model's
 
 
 def bundled_model_path() -> Path:

@@ -171,7 +171,8 @@ async def _load(runtime: Runtime, engine: Engine | None) -> None:
             errors.append(f"{eng.info.model_id}: {type(result).__name__}: {result}")
             continue
         models.schedulers[eng.info.model_id] = Scheduler(
-            eng, max_queue=settings.max_queue, default_max_tokens=settings.default_max_tokens,
+            eng, max_queue=settings.max_queue,
+            default_max_tokens=settings.default_max_tokens_for(eng.info.model_id),
             max_prompt_tokens=settings.max_prompt_tokens, metrics=runtime.metrics,
         )
         log.info("ready: engine=%s model=%s context=%d batch=%d", eng.info.name,

@@ -110,7 +110,7 @@ class LlamaCppEngine(Engine):
         self._model = lc.llama_model_load_from_file(str(path).encode(), mparams)
         if not self._model:
             raise EngineError(f"llama.cpp could not load {path}")
-        self._vocab = Vocab(self._model)
+        self._vocab = Vocab(self._model, self.options.chat_template)
         self.model_path = path
         # the grammar library's view of the vocabulary (~0.4 s): built beside the rest of
         # the load, awaited by the first request with an output format

@@ -13,13 +13,15 @@ from ...types import GenerationRequest
 
 
 class Vocab:
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, chat_template: str | None = None) -> None:
+        """`chat_template`: a Jinja template in place of the GGUF's (--chat-template)."""
         self._model = model
+        self._template = chat_template or self._meta("tokenizer.chat_template")
         self.handle = lc.llama_model_get_vocab(model)
         self.n_tokens: int = lc.llama_vocab_n_tokens(self.handle)
         self._pieces: dict[int, bytes] = {}
         self._formatter = self._chat_formatter()
-        self._takes_tools = template_takes_tools(self._meta("tokenizer.chat_template"))
+        self._takes_tools = template_takes_tools(self._template)
 
     def render(self, request: GenerationRequest) -> str:
         """The prompt text: a raw prompt as it is, messages through the GGUF's template."""
@@ -70,7 +72,7 @@ class Vocab:
         return buf.value.decode("utf-8", errors="replace")
 
     def _chat_formatter(self) -> Jinja2ChatFormatter | None:
-        template = self._meta("tokenizer.chat_template")
+        template = self._template
         if not template:
             return None
         bos = self.piece(lc.llama_vocab_bos(self.handle), special=True).decode(errors="replace")

@@ -128,6 +128,8 @@ class TransformersEngine(Engine):
 
     def _load(self) -> None:
         source, self._tok, self._model, device, dtype = load(self.options)
+        if self.options.chat_template is not None:  # --chat-template: in place of the model's
+            self._tok.chat_template = self.options.chat_template
         self._device = device
         config = self._model.config.get_text_config(decoder=True)
         native = getattr(config, "max_position_embeddings", None) or self.options.context_size

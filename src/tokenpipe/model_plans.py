@@ -1,0 +1,117 @@
+"""Which models a server runs, each with its engine, file and options: from --model (one, or
+NAME=[ENGINE:]SPEC repeated), else the configuration file's [models.NAME] tables; names of
+the model stores resolved to files (models/catalog.py) before anything loads."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import ENGINES, Settings
+from .config_file import ModelConfig
+from .engines.base import EngineOptions
+from .models import Places, resolve
+
+LOCAL_ENGINES = ("llamacpp", "transformers")  # the engines that read a model file
+
+
+@dataclass(frozen=True, slots=True)
+class ModelPlan:
+    name: str | None  # the model id clients see; None: the engine's default (from the file)
+    engine: str
+    spec: str | None  # a path, hub id or upstream URL(s); None: the engine's default model
+    config: ModelConfig | None = None  # its [models.NAME] table, where the file has one
+    upstream: str | None = None  # openai engine: base URL(s); spec is then the upstream's name
+
+
+def _plan(name: str, engine: str, target: str | None, table: ModelConfig | None) -> ModelPlan:
+    """A named model: for the openai engine its SPEC is the upstream's URL(s)."""
+    if engine == "openai":
+        return ModelPlan(name, engine, None, table, upstream=target)
+    return ModelPlan(name, engine, target, table)
+
+
+def split_engine(rest: str) -> tuple[str | None, str]:
+    """[ENGINE:]SPEC -> (engine or None, spec)."""
+    engine, colon, target = rest.partition(":")
+    return (engine, target) if colon and engine in ENGINES else (None, rest)
+
+
+def plans(settings: Settings) -> list[ModelPlan]:
+    """The served models, unresolved: flags and variables first, then the file's tables."""
+    if settings.models:
+        out = []
+        for spec in settings.models:
+            name, _, rest = spec.partition("=")
+            engine, target = split_engine(rest)
+            table = settings.model_config(name)
+            out.append(_plan(name, engine or (table and table.engine) or settings.engine,
+                             target or None, table))
+        return out
+    if settings.model is None and settings.model_configs:
+        return [_plan(t.name, t.engine or settings.engine, t.source, t)
+                for t in settings.model_configs]
+    table = settings.model_config(settings.model_id)
+    return [ModelPlan(settings.model_id, (table and table.engine) or settings.engine,
+                      settings.model, table)]
+
+
+def resolve_plans(settings: Settings, *, download: bool = True) -> tuple[ModelPlan, ...]:
+    """plans() with store names (`ollama:llama3.2:1b`, `hf:org/repo`, `smollm2`) turned into
+    files; raises ValueError (ModelNotFound) naming the candidates for a name that fits
+    none or several. The transformers engine also takes hub ids: a name no store knows is
+    left to it."""
+    places = Places(environ=dict(os.environ), model_dirs=settings.model_dirs)
+    out = []
+    for plan in plans(settings):
+        if plan.engine not in LOCAL_ENGINES or plan.spec is None:
+            out.append(plan)
+            continue
+        found = resolve(plan.spec, places, download=download,
+                        strict=plan.engine == "llamacpp")
+        if found is not None:
+            plan = dataclasses.replace(plan, spec=str(found.path), name=plan.name or found.name)
+        out.append(plan)
+    for plan in out:
+        engine_options(settings, plan)  # a template file that cannot be read fails now
+    return tuple(out)
+
+
+def engine_options(settings: Settings, plan: ModelPlan) -> EngineOptions:
+    """The settings' options with the plan's model and its table's keys in place."""
+    base = settings.engine_options()
+    t = plan.config or ModelConfig(name=plan.name or "")
+    template = t.chat_template or settings.chat_template
+    if plan.engine == "openai":
+        if t.chat_template:
+            raise ValueError(f"models.{t.name}.chat_template: the openai engine's upstream "
+                             "renders its own prompts")
+        return dataclasses.replace(base, model=plan.spec, model_id=plan.name,
+                                   upstream=plan.upstream or settings.upstream)
+    return dataclasses.replace(
+        base, model=plan.spec, model_id=plan.name,
+        context_size=t.context or base.context_size, parallel=t.parallel or base.parallel,
+        threads=t.threads or base.threads, determinism=t.determinism or base.determinism,
+        device=t.device or base.device, chat_template=read_template(template))
+
+
+def read_template(path: str | None) -> str | None:
+    """A chat template file's text, checked as Jinja where jinja2 is installed (both local
+    engines bring it), so that a broken template fails at start, not at the first chat."""
+    if path is None:
+        return None
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"chat template {path}: cannot read it: {exc}") from None
+    try:
+        import jinja2
+    except ImportError:
+        return text
+    try:
+        jinja2.Environment().parse(text)
+    except jinja2.TemplateSyntaxError as exc:
+        raise ValueError(f"chat template {path}:{exc.lineno}: {exc.message}") from None
+    return text
