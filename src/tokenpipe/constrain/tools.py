@@ -12,7 +12,8 @@ or one or more such calls, each with the name of an offered function and argumen
 for its schema; so a call is well-formed by construction, and text.ToolCallSplitter reads
 the calls back from the stream with no guessing. `chat_messages` gives the chat template
 the tools and the history as it takes them: a template that knows `tools` gets them in
-OpenAI's shape, any other gets them in a generic system section (docs/tools.md)."""
+OpenAI's shape, any other gets them in a generic system section
+(docs/structured-output.md)."""
 
 from __future__ import annotations
 

@@ -113,6 +113,7 @@ def test_a_guided_walk_writes_only_what_the_schema_admits(guides: Guides,
     ({"$ref": "#/$defs/missing"}, "does not exist"),
     ({"$ref": "https://example.com/schema.json"}, "example.com"),
     ({"type": "strnig"}, "strnig"),
+    ({"type": "string", "format": "no-such-format"}, "Unknown format"),
     (False, "admits no value"),
 ])
 def test_a_schema_that_cannot_be_enforced_is_refused_naming_the_parameter(
@@ -132,6 +133,18 @@ def test_a_schema_that_cannot_be_enforced_is_refused_naming_the_parameter(
     {"type": "object", "properties": {"a": {"type": "object", "properties": {
         "b": {"type": "number"}}, "required": ["b"]}}, "required": ["a"]},
     True,
+    {"const": {"kind": "fixed"}},
+    {"oneOf": [{"type": "boolean"}, {"type": "null"}]},
+    {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}},
+               {"required": ["a"]}]},
+    {"type": ["string", "integer", "null"]},
+    {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+    {"type": "string", "minLength": 2, "maxLength": 5},
+    {"type": "array", "items": {"type": "string", "format": "email"}, "maxItems": 2},
+    {"type": "string", "format": "uuid"},
+    {"type": "string", "format": "date-time"},
+    {"type": "object", "patternProperties": {"^x_": {"type": "integer"}},
+     "additionalProperties": False},
 ])
 def test_the_json_schema_features_apps_use_compile(guides: Guides, value: object) -> None:
     guides.check(grammar_of(schema(value)), "response_format")
