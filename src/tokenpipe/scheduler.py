@@ -28,10 +28,11 @@ from .errors import (
 )
 from .metrics import Metrics
 from .session import Failed, GenerationSession
-from .text import StopMatcher
+from .text import ReasoningSplitter, StopMatcher
 from .types import EngineFinish, EngineStart, EngineText, FinishReason, GenerationRequest, Part
 
 log = logging.getLogger("tokenpipe.scheduler")
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"  # the thinking section's tags
 # Prompts up to this many characters are tokenized in place (tens of microseconds; a thread
 # hop would cost more); longer ones in a worker thread.
 INLINE_PROMPT_CHARS = 16384
@@ -266,13 +267,30 @@ class Scheduler:
     async def _generate(self, session: GenerationSession) -> None:
         prepared = session.prepared
         stop = StopMatcher(prepared.request.params.stop)
-        # With tools, the answer is split into content and tool calls as it streams; stop
-        # strings apply to the content (a call is never cut: its arguments stay whole).
-        split = tool_call_splitter() if prepared.request.tools else None
+        request = prepared.request
+        # A thinking section goes to the reasoning channel, tool calls to theirs, as they
+        # stream; stop strings apply to the content (a call is never cut: its arguments
+        # stay whole). Without either, text goes straight through the stop matcher.
+        reason = split = None
+        if request.split_reasoning:
+            inside = prepared.prompt_text.rstrip().endswith(THINK_OPEN)
+            reason = ReasoningSplitter(THINK_OPEN, THINK_CLOSE, inside=inside)
+        if request.tools:
+            split = tool_call_splitter()
 
-        def content(pieces: list[str | Part]) -> list[str | Part]:
+        def route(pieces: list[str | Part]) -> list[str | Part]:
+            if split is not None:
+                pieces = [q for p in pieces
+                          for q in (split.feed(p) if isinstance(p, str) else [p])]
             return [stop.feed(p) if isinstance(p, str) else p for p in pieces]
 
+        def flushed() -> list[str | Part]:
+            pieces = route(reason.flush()) if reason is not None else []
+            if split is not None:
+                pieces += route(split.flush())
+            return [*pieces, stop.flush()]
+
+        plain = reason is None and split is None
         # No prompt_ids: the engine counts the prompt elsewhere (openai: the upstream)
         session.mark_started(prepared.prompt_tokens or None)
         stream = self.engine.stream(prepared)
@@ -286,10 +304,14 @@ class Scheduler:
                         if last:
                             itl.observe(now - last)
                         last = now
-                    if split is None:
+                    if plain:
                         session.add_text(stop.feed(event.text), event.tokens)
                     else:
-                        session.add_pieces(content(split.feed(event.text)), event.tokens)
+                        pieces = route(reason.feed(event.text) if reason is not None
+                                       else [event.text])
+                        if reason is not None and (reason.thinking or _reasoned(pieces)):
+                            session.reasoning_tokens += event.tokens
+                        session.add_pieces(pieces, event.tokens)
                     if stop.stopped:
                         session.finish(FinishReason.STOP)
                         return
@@ -297,14 +319,14 @@ class Scheduler:
                     if session.prompt_tokens is None:
                         session.prompt_tokens = event.usage.prompt_tokens
                     session.cached_tokens = event.usage.cached_tokens
-                    reason = event.reason
-                    if split is None:
+                    finish = event.reason
+                    if plain:
                         session.add_text(stop.flush(), 0)
                     else:
-                        session.add_pieces([*content(split.flush()), stop.flush()], 0)
-                        if split.calls and reason is FinishReason.STOP:
-                            reason = FinishReason.TOOL_CALLS
-                    session.finish(reason)
+                        session.add_pieces(flushed(), 0)
+                        if split is not None and split.calls and finish is FinishReason.STOP:
+                            finish = FinishReason.TOOL_CALLS
+                    session.finish(finish)
                     return
                 elif isinstance(event, EngineStart) and event.prompt_tokens is not None:
                     session.prompt_tokens = event.prompt_tokens
@@ -312,3 +334,8 @@ class Scheduler:
         finally:
             # Closing the engine's stream is what stops its compute (cancel, stop, error).
             await stream.aclose()  # type: ignore[attr-defined]
+
+
+def _reasoned(pieces: list[str | Part]) -> bool:
+    """Some of this token's text went to the reasoning channel (usage counts it there)."""
+    return any(isinstance(p, Part) and p.channel == "reasoning" for p in pieces)

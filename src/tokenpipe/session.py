@@ -57,6 +57,7 @@ class GenerationSession:
         self.prompt_tokens: int | None = None
         self.completion_tokens = 0
         self.cached_tokens = 0
+        self.reasoning_tokens = 0
         self.created = time.perf_counter()
         self.started_at: float | None = None
         self.first_token_at: float | None = None
@@ -151,7 +152,8 @@ class GenerationSession:
             self._reader = None
 
     def usage(self) -> Usage:
-        return Usage(self.prompt_tokens or 0, self.completion_tokens, self.cached_tokens)
+        return Usage(self.prompt_tokens or 0, self.completion_tokens, self.cached_tokens,
+                     self.reasoning_tokens)
 
     @property
     def next_seq(self) -> int:

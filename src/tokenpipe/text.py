@@ -220,3 +220,84 @@ class ToolCallSplitter:
         out.append(self._buf)
         self._buf, self._state = "", "text"
         return False
+
+
+class ReasoningSplitter:
+    """An answer that may open with a thinking section (`<think>…</think>`, as DeepSeek R1,
+    Qwen3 and their kin write it), split into reasoning Parts and content strings.
+
+    `inside`: the prompt already opened the section (a template whose generation prompt
+    ends with the open tag), so the answer starts in it. A section only counts at the very
+    start of the answer; the newlines after its close are not content. A tag cut across
+    pieces is held back until it is whole, so no piece of a tag is ever sent."""
+
+    def __init__(self, open_: str = "<think>", close: str = "</think>", *,
+                 inside: bool = False) -> None:
+        self._open, self._close = open_, close
+        self._state = "reasoning" if inside else "start"
+        self._buf = ""
+        self.reasoned = False  # reasoning text was produced
+
+    def feed(self, text: str) -> list[str | Part]:
+        if self._state == "content":
+            return [text] if text else []
+        out: list[str | Part] = []
+        self._buf += text
+        while self._buf and self._step(out):
+            pass
+        return out
+
+    def flush(self) -> list[str | Part]:
+        held, self._buf = self._buf, ""
+        if not held:
+            return []
+        if self._state == "reasoning":  # cut inside the section: the held partial tag
+            return [Part(held, "reasoning")]
+        return [] if self._state == "after" else [held]
+
+    @property
+    def thinking(self) -> bool:
+        """Inside the section, or between its close and the answer."""
+        return self._state in ("reasoning", "after")
+
+    def _step(self, out: list[str | Part]) -> bool:
+        buf = self._buf
+        if self._state == "start":
+            if buf.startswith(self._open):
+                self._buf, self._state = buf[len(self._open):], "reasoning"
+                return True
+            if self._open.startswith(buf):
+                return False
+            self._state, self._buf = "content", ""
+            out.append(buf)
+            return False
+        if self._state == "reasoning":
+            end = buf.find(self._close)
+            if end >= 0:
+                self._emit(out, buf[:end])
+                self._buf, self._state = buf[end + len(self._close):], "after"
+                return True
+            keep = _partial_suffix(buf, self._close)
+            self._emit(out, buf[: len(buf) - keep])
+            self._buf = buf[len(buf) - keep:]
+            return False
+        # after the close: newlines before the answer are layout, not content
+        rest = buf.lstrip("\n")
+        self._buf = ""
+        if rest:
+            self._state = "content"
+            out.append(rest)
+        return False
+
+    def _emit(self, out: list[str | Part], text: str) -> None:
+        if text:
+            self.reasoned = True
+            out.append(Part(text, "reasoning"))
+
+
+def _partial_suffix(text: str, tag: str) -> int:
+    """The length of the longest end of `text` that is a start of `tag`."""
+    for n in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:n]):
+            return n
+    return 0

@@ -95,6 +95,9 @@ class GenerationRequest:
     format: OutputFormat | None = None  # None: free text
     tools: tuple[Tool, ...] = ()
     tool_choice: ToolChoice = field(default_factory=ToolChoice)
+    # a thinking section at the start of the answer goes to the reasoning channel (else
+    # it stays in the content, as the model wrote it)
+    split_reasoning: bool = False
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.prompt is None):
@@ -113,6 +116,7 @@ class Usage:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0  # prompt tokens whose KV came from a cache, not decoded again
+    reasoning_tokens: int = 0  # completion tokens spent in a thinking section
 
     @property
     def total_tokens(self) -> int:

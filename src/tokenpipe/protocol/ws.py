@@ -79,6 +79,7 @@ class Params(_Frame):
     tools: list[ToolSpec] | None = Field(default=None, max_length=128)
     tool_choice: ToolChoiceField = None
     parallel_tool_calls: bool | None = None
+    reasoning_format: Literal["none", "auto"] = "none"
 
     def to_sampling(self) -> SamplingParams:
         return SamplingParams(
@@ -122,7 +123,8 @@ class Generate(_Frame):
         return GenerationRequest(
             messages, self.prompt, params.to_sampling(), self.model, fmt,
             tuple(t.to_tool() for t in params.tools or ()),
-            tool_choice_of(params.tool_choice, params.parallel_tool_calls))
+            tool_choice_of(params.tool_choice, params.parallel_tool_calls),
+            split_reasoning=params.reasoning_format == "auto")
 
 
 class Cancel(_Frame):
@@ -337,7 +339,8 @@ def event_frame(stream_id: str, event: Event) -> dict[str, Any]:
             "usage": {"prompt_tokens": event.usage.prompt_tokens,
                       "completion_tokens": event.usage.completion_tokens,
                       "prompt_tokens_details": {"cached_tokens": event.usage.cached_tokens},
-                      "completion_tokens_details": {"reasoning_tokens": 0}},
+                      "completion_tokens_details": {
+                          "reasoning_tokens": event.usage.reasoning_tokens}},
             "timing": {"queue_ms": t.queue_ms, "ttft_ms": t.ttft_ms, "total_ms": t.total_ms,
                        "tokens_per_s": t.tokens_per_s},
         }

@@ -19,6 +19,7 @@ from .responses import (
     ChunkChoice,
     ChunkDelta,
     Completion,
+    CompletionTokensDetails,
     FunctionCall,
     FunctionDelta,
     PromptTokensDetails,
@@ -35,7 +36,9 @@ def usage_info(usage: Usage) -> UsageInfo:
                      completion_tokens=usage.completion_tokens,
                      total_tokens=usage.total_tokens,
                      prompt_tokens_details=PromptTokensDetails(
-                         cached_tokens=usage.cached_tokens))
+                         cached_tokens=usage.cached_tokens),
+                     completion_tokens_details=CompletionTokensDetails(
+                         reasoning_tokens=usage.reasoning_tokens))
 
 
 # The per-token chunk is the one hot path: built once through its pydantic model with a
@@ -77,7 +80,11 @@ class ChatRender:
         return _fill(self._around, text)
 
     def part(self, delta: Delta) -> bytes:
-        """A delta of a channel other than content: a tool call's start or arguments."""
+        """A delta of a channel other than content: reasoning, or a tool call's start or
+        arguments."""
+        if delta.channel == "reasoning":
+            return self._chunk(ChunkChoice(delta=ChunkDelta(reasoning_content=delta.text,
+                                                            reasoning=delta.text)))
         call = ToolCallDelta(index=delta.index, function=FunctionDelta(arguments=delta.text))
         if delta.call_id is not None:
             call.id, call.type, call.function.name = delta.call_id, "function", delta.name
@@ -91,9 +98,11 @@ class ChatRender:
 
     def whole(self, deltas: list[Delta], reason: str, usage: Usage) -> BaseModel:
         text = "".join(d.text for d in deltas if d.channel == "content")
+        thought = "".join(d.text for d in deltas if d.channel == "reasoning") or None
         calls = tool_calls(deltas)
         message = AssistantMessage(content=None if calls and not text else text,
-                                   tool_calls=calls or None)
+                                   tool_calls=calls or None, reasoning_content=thought,
+                                   reasoning=thought)
         return ChatCompletion(**self.head, usage=usage_info(usage), choices=[ChatChoice(
             message=message, finish_reason=reason)])  # type: ignore[arg-type]
 

@@ -277,6 +277,9 @@ class ChatCompletionRequest(_Sampling):
         "required: at least one call; a named function: a call of it.")
     parallel_tool_calls: bool | None = Field(default=None, description="false: at most "
                                              "one call per answer.")
+    reasoning_format: Literal["auto", "deepseek", "none"] | None = Field(
+        default=None, description="llama.cpp's extra: auto (default) and deepseek put a "
+        "thinking section in reasoning_content (and reasoning); none keeps it in content.")
     logprobs: Annotated[Refused, _refuse((False,), "logprobs are not supported")] = None
     top_logprobs: Annotated[Refused, _refuse((0,), "logprobs are not supported")] = None
     functions: Annotated[Refused, _refuse(([],), "functions are not supported")] = None
@@ -319,7 +322,8 @@ class ChatCompletionRequest(_Sampling):
         return GenerationRequest(messages=messages, params=params, model=self.model,
                                  format=self.format, tools=tools,
                                  tool_choice=tool_choice_of(self.tool_choice,
-                                                            self.parallel_tool_calls))
+                                                            self.parallel_tool_calls),
+                                 split_reasoning=self.reasoning_format != "none")
 
 
 def _one_prompt(value: Any) -> Any:

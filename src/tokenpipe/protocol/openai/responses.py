@@ -48,12 +48,17 @@ class AssistantMessage(BaseModel):
     content: str | None
     refusal: None = None
     tool_calls: list[ToolCallOut] | None = None
+    reasoning_content: str | None = Field(default=None, description="The thinking section "
+                                          "(as DeepSeek and llama.cpp name it).")
+    reasoning: str | None = Field(default=None, description="The same text, under the name "
+                                  "vLLM and OpenRouter use.")
 
     @model_serializer(mode="wrap")
-    def _calls_when_made(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _only_what_it_has(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        if data.get("tool_calls") is None:
-            data.pop("tool_calls", None)
+        for key in ("tool_calls", "reasoning_content", "reasoning"):
+            if data.get(key) is None:
+                data.pop(key, None)
         return data
 
 
@@ -107,6 +112,8 @@ class ChunkDelta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
     tool_calls: list[ToolCallDelta] | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
 
     @model_serializer(mode="wrap")
     def _only_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

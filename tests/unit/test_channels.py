@@ -1,4 +1,5 @@
-"""text.ToolCallSplitter: an answer in the tool-call format, however the engine's pieces cut
+"""text.ToolCallSplitter and text.ReasoningSplitter: an answer in the tool-call format (or
+with a thinking section), however the engine's pieces cut
 it, comes out as the same content and the same calls (issue 17: arguments never lost when a
 call comes in one delta, the id and name on the first part only, stable indexes)."""
 
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokenpipe.constrain.tools import BETWEEN, CLOSE, HEAD, MID, OPEN, call_text
-from tokenpipe.text import ToolCallSplitter
+from tokenpipe.text import ReasoningSplitter, ToolCallSplitter
 from tokenpipe.types import Part, ToolCall
 
 
@@ -116,3 +117,35 @@ def test_a_call_cut_inside_its_arguments_has_begun() -> None:
     content, got = calls_of(items)
     assert content == ""
     assert got == [("call_0", "f", '{"a": [1, 2')]
+
+
+# ---- the thinking section ---------------------------------------------------------------
+def think(pieces: list[str], inside: bool = False) -> tuple[str, str]:
+    s = ReasoningSplitter("<think>", "</think>", inside=inside)
+    out = [item for piece in pieces for item in s.feed(piece)] + s.flush()
+    reasoning = "".join(p.text for p in out if isinstance(p, Part))
+    assert all(p.channel == "reasoning" for p in out if isinstance(p, Part))
+    return reasoning, "".join(p for p in out if isinstance(p, str))
+
+
+@settings(max_examples=300, deadline=None)
+@given(thought=st.text(alphabet="ab<>/thinké\n", max_size=30),
+       answer=st.text(alphabet="xy<>/thinkе\n", max_size=30),
+       points=st.lists(st.integers(0, 1000), max_size=20), inside=st.booleans())
+def test_a_thinking_section_splits_the_same_whatever_the_cuts(
+        thought: str, answer: str, points: list[int], inside: bool) -> None:
+    if "</think>" in thought:
+        thought = thought.replace("</think>", "")
+    answer = answer.lstrip("\n")
+    text = ("" if inside else "<think>") + thought + "</think>\n\n" + answer
+    assert think(cut(text, points), inside) == (thought, answer)
+
+
+def test_an_answer_without_a_section_is_all_content() -> None:
+    assert think(["<thi", "nking is fun"]) == ("", "<thinking is fun")
+    assert think(["Hello <think>not at the start</think>"]) == (
+        "", "Hello <think>not at the start</think>")
+
+
+def test_a_section_cut_by_max_tokens_is_all_reasoning() -> None:
+    assert think(["<think>still going</th"]) == ("still going</th", "")
