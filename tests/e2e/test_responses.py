@@ -194,3 +194,176 @@ def test_max_output_tokens_is_incomplete(server: ServerProcess) -> None:
                                      stream=True))
     assert events[-1].type == "response.incomplete"
     assert events[-1].response.output_text == whole.output_text
+
+
+# ---- background ---------------------------------------------------------------------------
+
+PACED = "[[pace_ms=15]][[tokens=60]]"
+
+
+def test_background_stream_dropped_and_resumed_loses_nothing(server: ServerProcess) -> None:
+    c = client(server)
+    uninterrupted = c.responses.create(model="fake", input=PACED)
+    first: list[Any] = []
+    stream = c.responses.create(model="fake", input=PACED, background=True, stream=True)
+    for event in stream:
+        first.append(event)
+        if sum(e.type == "response.output_text.delta" for e in first) == 5:
+            break
+    stream.close()  # the client drops; the generation runs on
+    response_id = first[0].response.id
+    assert first[0].response.status == "queued" and first[0].response.background
+    time.sleep(0.2)  # it keeps running while nobody listens
+    seen = first[-1].sequence_number
+    rest = list(c.responses.retrieve(response_id, stream=True, starting_after=seen))
+    numbers = [e.sequence_number for e in first + rest]
+    assert numbers == list(range(len(numbers)))  # nothing lost, nothing repeated
+    text = "".join(e.delta for e in first + rest if e.type == "response.output_text.delta")
+    assert text == uninterrupted.output_text == rest[-1].response.output_text
+    assert rest[-1].type == "response.completed"
+    # a second resume from the start, now from the store, says the same again
+    again = list(c.responses.retrieve(response_id, stream=True))
+    assert [e.model_dump() for e in again] == [e.model_dump() for e in first + rest]
+    with c.responses.stream(response_id=response_id, starting_after=seen) as helper:
+        assert [e.sequence_number for e in helper] == [e.sequence_number for e in rest]
+    with pytest.raises(openai.BadRequestError) as info:
+        c.responses.retrieve(response_id, stream=True, starting_after=numbers[-1] + 1)
+    assert info.value.body["param"] == "starting_after"  # type: ignore[index]
+
+
+def test_background_is_polled_then_cancelled(server: ServerProcess) -> None:
+    c = client(server)
+    r = c.responses.create(model="fake", input="[[pace_ms=20]][[tokens=100000]]",
+                           background=True, max_output_tokens=4000)
+    assert r.status in ("queued", "in_progress") and r.background
+    deadline = time.monotonic() + 10
+    while not (polled := c.responses.retrieve(r.id)).output_text:
+        assert polled.status in ("queued", "in_progress") and time.monotonic() < deadline
+        time.sleep(0.05)
+    assert polled.status == "in_progress"
+    cancelled = c.responses.cancel(r.id)
+    assert cancelled.status == "cancelled" and cancelled.output_text.startswith(
+        polled.output_text)
+    assert c.responses.retrieve(r.id).model_dump() == cancelled.model_dump()
+    events = list(c.responses.retrieve(r.id, stream=True, starting_after=3))
+    assert events[-1].type == "response.incomplete"
+    assert events[-1].response.status == "cancelled"
+    assert c.responses.cancel(r.id).status == "cancelled"  # again: as it ended
+    plain = c.responses.create(model="fake", input="hi")
+    with pytest.raises(openai.BadRequestError):
+        c.responses.cancel(plain.id)
+    with pytest.raises(openai.BadRequestError):
+        c.responses.retrieve(plain.id, stream=True)
+    with pytest.raises(openai.NotFoundError):
+        c.responses.cancel("resp_nope")
+
+
+# ---- errors -------------------------------------------------------------------------------
+
+
+def openai_error(r: httpx.Response, status: int) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}
+    error: dict[str, Any] = body["error"]
+    return error
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ({"model": "fake"}, "input"),
+    ({"model": "fake", "input": [{"role": "tool", "content": "x"}]}, "input[0].role"),
+    ({"model": "fake", "input": [{"role": "user", "content": [
+        {"type": "input_image", "image_url": "http://x/y.png"}]}]}, "input[0].content[0]"),
+    ({"model": "fake", "input": "hi", "tools": [{"type": "function", "name": "f",
+                                                  "parameters": {}}]}, "tools"),
+    ({"model": "fake", "input": "hi", "include": ["message.output_text.logprobs"]}, "include"),
+    ({"model": "fake", "input": "hi", "reasoning": {"effort": "high"}}, "reasoning"),
+    ({"model": "fake", "input": "hi", "background": True, "store": False}, "background"),
+    ({"model": "fake", "input": "hi", "max_output_tokens": 100000}, "max_output_tokens"),
+    ({"model": "fake", "input": "hi", "previous_response_id": "resp_x"},
+     "previous_response_id"),
+])
+def test_bad_requests_answer_in_openais_shape(server: ServerProcess, body: dict[str, Any],
+                                              param: str) -> None:
+    for stream in (False, True):
+        r = httpx.post(server.url + "/v1/responses", json={**body, "stream": stream},
+                       timeout=10)
+        status = 404 if param == "previous_response_id" else 400
+        assert openai_error(r, status)["param"] == param
+
+
+def test_not_json_unknown_model_and_sdk_error_classes(server: ServerProcess) -> None:
+    url = server.url + "/v1/responses"
+    for raw in (b"{nope", b"", b"[" * 100000, b"[1, 2]"):
+        assert openai_error(httpx.post(url, content=raw), 400)["type"] == (
+            "invalid_request_error")
+    missing = openai_error(httpx.post(url, json={"model": "gpt-5", "input": "hi"}), 404)
+    assert missing["code"] == "model_not_found"
+    big = httpx.post(url, content=b"x" * ((1 << 20) + 1))
+    assert big.status_code == 413 and set(big.json()) == {"error"}
+    with pytest.raises(openai.BadRequestError):
+        client(server).responses.create(model="fake", input="hi", truncation="auto")
+    for path in ("/v1/responses/resp_1", "/v1/responses/resp_1/input_items"):
+        assert openai_error(httpx.get(server.url + path), 404)["message"] == (
+            "Response with id 'resp_1' not found.")
+    r = httpx.get(server.url + "/v1/responses/resp_1?stream=maybe")
+    assert openai_error(r, 400)["param"] == "stream"
+    assert httpx.get(server.url + "/health").status_code == 200  # and the server is unharmed
+
+
+def test_failure_mid_stream_is_an_error_event_then_failed(server: ServerProcess) -> None:
+    body = {"model": "fake", "input": "[[fail_after=3]][[pace_ms=5]]", "stream": True}
+    got = sse(httpx.post(server.url + "/v1/responses", json=body, timeout=10).text)
+    assert got[0]["type"] == "response.created"
+    assert [e["type"] for e in got[-2:]] == ["error", "response.failed"]
+    assert got[-2]["code"] == "engine_error"
+    assert got[-2]["message"] == "fake engine fault after 3 tokens"
+    failed = got[-1]["response"]
+    assert failed["status"] == "failed" and failed["error"] == {
+        "code": "server_error", "message": "fake engine fault after 3 tokens"}
+    assert [e["sequence_number"] for e in got] == list(range(len(got)))
+    events = list(client(server).responses.create(model="fake", input=body["input"],
+                                                  stream=True))
+    assert [e.type for e in events[-2:]] == ["error", "response.failed"]
+    with pytest.raises(openai.InternalServerError):  # before the first token: HTTP 500
+        client(server).responses.create(model="fake", input="[[fail_after=0]]")
+
+
+@pytest.fixture(scope="module")
+def one_slot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    db = tmp_path_factory.mktemp("one") / "r.sqlite3"
+    with running(ServerProcess(("--engine", "fake", "--parallel", "1", "--max-queue", "1",
+                                "--responses-db", str(db)))) as s:
+        yield s
+
+
+async def test_full_queue_is_429_and_disconnect_cancels(one_slot: ServerProcess) -> None:
+    url = one_slot.url + "/v1/responses"
+    slow = {"model": "fake", "input": "[[pace_ms=20]][[tokens=100000]]",
+            "max_output_tokens": 4000, "stream": True}
+    async with httpx.AsyncClient(timeout=30) as http:
+        before = metric((await http.get(one_slot.url + "/metrics")).text,
+                        "tokenpipe_cancellations_total")
+        async with http.stream("POST", url, json=slow) as a:  # A takes the one slot
+            lines = a.aiter_lines()
+            while (await anext(lines)) != "event: response.output_text.delta":
+                pass
+            queued = asyncio.create_task(http.post(url, json={"model": "fake", "input": "q"}))
+            deadline = time.monotonic() + 10
+            while 'tokenpipe_generations_queued{model="fake"} 1.0' not in (
+                    await http.get(one_slot.url + "/metrics")).text:  # B waits in the queue
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.02)
+            c = await http.post(url, json={"model": "fake", "input": "hi"})  # C: no place
+            assert openai_error(c, 429)["type"] == "rate_limit_error"
+            assert c.headers["retry-after"] == "1"
+            with pytest.raises(openai.RateLimitError):
+                await asyncio.to_thread(client(one_slot).responses.create, model="fake",
+                                        input="hi")
+        # A's client left: its 80 s of tokens stop now, and B gets the slot
+        b = await queued
+        assert b.status_code == 200 and b.json()["status"] == "completed"
+        while metric((await http.get(one_slot.url + "/metrics")).text,
+                     "tokenpipe_cancellations_total") < before + 1:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
