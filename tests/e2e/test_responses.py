@@ -231,6 +231,19 @@ def test_background_stream_dropped_and_resumed_loses_nothing(server: ServerProce
     assert info.value.body["param"] == "starting_after"  # type: ignore[index]
 
 
+async def test_several_clients_follow_one_background_response(server: ServerProcess) -> None:
+    c = client(server)
+    r = c.responses.create(model="fake", input=PACED, background=True)
+    url = f"{server.url}/v1/responses/{r.id}?stream=true"
+    async with httpx.AsyncClient(timeout=30) as http:
+        a, b = await asyncio.gather(http.get(url), http.get(url + "&starting_after=3"))
+    got_a, got_b = sse(a.text), sse(b.text)
+    assert [e["sequence_number"] for e in got_a] == list(range(len(got_a)))
+    assert got_b == got_a[4:]  # the same events, each stream from where it asked
+    assert got_a[-1]["response"]["output"][0]["content"][0]["text"] == (
+        c.responses.create(model="fake", input=PACED).output_text)
+
+
 def test_background_is_polled_then_cancelled(server: ServerProcess) -> None:
     c = client(server)
     r = c.responses.create(model="fake", input="[[pace_ms=20]][[tokens=100000]]",
@@ -308,6 +321,13 @@ def test_not_json_unknown_model_and_sdk_error_classes(server: ServerProcess) -> 
             "Response with id 'resp_1' not found.")
     r = httpx.get(server.url + "/v1/responses/resp_1?stream=maybe")
     assert openai_error(r, 400)["param"] == "stream"
+    for method, path, allow in (("GET", "", "POST"), ("PUT", "/resp_1", "GET, DELETE"),
+                                ("GET", "/resp_1/cancel", "POST"),
+                                ("POST", "/resp_1/input_items", "GET")):
+        r = httpx.request(method, server.url + "/v1/responses" + path)
+        openai_error(r, 405)
+        assert r.headers["allow"] == allow
+    assert openai_error(httpx.get(server.url + "/v1/responses/a/b/c"), 404)
     assert httpx.get(server.url + "/health").status_code == 200  # and the server is unharmed
 
 

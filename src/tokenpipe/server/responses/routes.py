@@ -190,6 +190,28 @@ async def list_input_items(response_id: str, request: Request) -> Response:
                          "has_more": len(items) > limit})
 
 
+_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"]
+_ALLOWED = {"": ("POST",), "/{response_id}": ("GET", "DELETE"),
+            "/{response_id}/cancel": ("POST",), "/{response_id}/input_items": ("GET",)}
+
+
+async def _wrong_method(request: Request) -> Response:
+    """A known path asked with a method it lacks: 405 in OpenAI's shape, with Allow (the
+    OpenAI door's catch-all would call it an unknown URL)."""
+    route = request.scope["route"].path.removeprefix("/v1/responses")
+    allowed = ", ".join(_ALLOWED[route])
+    response = error_response(OpenAIError(
+        f"Method {request.method} not allowed on {request.url.path}; use {allowed}",
+        param=None, openai_code=None, status=405))
+    response.headers["Allow"] = allowed
+    return response
+
+
+for _path, _allowed in _ALLOWED.items():
+    router.add_api_route(_path, _wrong_method, include_in_schema=False,
+                         methods=[m for m in _METHODS if m not in _allowed])
+
+
 async def _previous(state: ResponsesState, response_id: str | None) -> list[list[str]]:
     """The conversation a previous response continues (its input and output after its own
     history); [] without one."""
