@@ -20,7 +20,14 @@ from __future__ import annotations
 import secrets
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    model_validator,
+)
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
@@ -86,6 +93,15 @@ class TextPart(_Body):
     logprobs: list[Any] | None = Field(default=None, description="Accepted and ignored.")
 
 
+_PART_SCHEMA = {"type": "object", "required": ["type", "text"], "additionalProperties": False,
+                "properties": {"type": {"enum": list(_TEXT_PARTS)}, "text": {"type": "string"},
+                               "annotations": {"type": ["array", "null"]},
+                               "logprobs": {"type": ["array", "null"]}}}
+_CONTENT_SCHEMA = {"anyOf": [{"type": "string"}, {"type": "array", "items": _PART_SCHEMA}],
+                   "description": "Text, or a list of input_text / output_text parts (joined "
+                                  "with newlines)."}
+
+
 def _content(value: Any) -> Any:
     return [{"type": "input_text", "text": value}] if isinstance(value, str) else value
 
@@ -104,7 +120,7 @@ class InputMessage(_Body):
     type: Literal["message"] = "message"
     role: Literal["user", "assistant", "system", "developer"]
     content: Annotated[list[Annotated[TextPart, BeforeValidator(_part)]],
-                       BeforeValidator(_content)] = Field(
+                       BeforeValidator(_content), WithJsonSchema(_CONTENT_SCHEMA)] = Field(
         description="Text, or a list of input_text / output_text parts (joined with "
                     "newlines).")
     id: str | None = Field(default=None, description="Kept as the item's id.")
@@ -127,6 +143,16 @@ class InputMessage(_Body):
                         {"type": "output_text", "text": self.text, "annotations": []}]}
         return {"id": item_id, "type": "message", "role": self.role, "status": "completed",
                 "content": [{"type": "input_text", "text": self.text}]}
+
+
+_INPUT_SCHEMA = {"anyOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": {
+    "type": "object", "required": ["role", "content"], "additionalProperties": False,
+    "properties": {"type": {"const": "message"},
+                   "role": {"enum": ["user", "assistant", "system", "developer"]},
+                   "content": _CONTENT_SCHEMA, "id": {"type": ["string", "null"]},
+                   "status": {"enum": ["in_progress", "completed", "incomplete", None]},
+                   "phase": {"enum": ["commentary", "final_answer", None]}}}}],
+                 "description": "A string (one user message) or a list of message items."}
 
 
 def _input(value: Any) -> Any:
@@ -190,7 +216,7 @@ class ResponsesRequest(_Body):
     model: str | None = Field(default=None, description="A model id from /v1/models; "
                               "absent means the server's model.")
     input: Annotated[list[Annotated[InputMessage, BeforeValidator(_item)]],
-                     BeforeValidator(_input)] = Field(
+                     BeforeValidator(_input), WithJsonSchema(_INPUT_SCHEMA)] = Field(
         min_length=1, description="A string (one user message) or a list of message items.")
     instructions: Annotated[str | None, BeforeValidator(_text)] = Field(
         default=None, description="A system message in front of the input (not carried "

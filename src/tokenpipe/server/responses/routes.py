@@ -22,6 +22,7 @@ from starlette.requests import ClientDisconnect
 from ...config import responses_db_path
 from ...errors import TokenpipeError
 from ...protocol.openai.errors import OpenAIError, validation_error
+from ...protocol.openai.responses import ErrorResponse
 from ...protocol.openai.schema import inline_schema
 from ...protocol.responses.errors import bad, not_found
 from ...protocol.responses.events import OPENING, last_number
@@ -50,13 +51,45 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 router = APIRouter(prefix="/v1/responses", tags=["responses"], lifespan=_lifespan)
+_ERROR_TEXTS: dict[int | str, str] = {
+    400: "Invalid request (`param` names the field), or the prompt plus "
+         "max_output_tokens do not fit the context",
+    401: "Missing or wrong API key",
+    404: "Unknown model (`code: model_not_found`) or response id",
+    405: "A known path with the wrong method (`Allow` says which)",
+    413: "The body is over --max-body-bytes",
+    429: "Overloaded: retry after the `Retry-After` header's seconds",
+    500: "The engine failed before the first token",
+    503: "The model is not loaded (yet), or the server is shutting down",
+    "4XX": "Any other client error (never FastAPI's 422: validation answers 400)",
+}
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse, "description": text}
+    for status, text in _ERROR_TEXTS.items()}
+_SSE = {"text/event-stream": {"itemSchema": {
+    "type": "object", "required": ["data"],
+    "properties": {"event": {"type": "string", "description": "the data's `type`"},
+                   "data": {"type": "string", "contentMediaType": "application/json"}},
+    "description": "Each event names its type and holds one JSON object with a "
+                   "sequence_number; comment lines (`: ping`, `: queued position=N`) keep "
+                   "idle streams alive."}, "example": (
+    'event: response.created\ndata: {"type":"response.created","response":{...},'
+    '"sequence_number":0}\n\n'
+    'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+    '"item_id":"msg_1","output_index":0,"content_index":0,"delta":"Hi","logprobs":[],'
+    '"sequence_number":4}\n\n')}}
 _BODY = {"requestBody": {"required": True, "content": {
     "application/json": {"schema": inline_schema(ResponsesRequest)}}}}
 
 
 @router.post("", openapi_extra=_BODY, responses={200: {
     "description": "The response object, or with `stream: true` its server-sent events "
-                   "(response.created ... response.completed, each with sequence_number)"}})
+                   "(response.created ... response.completed, each with sequence_number)",
+    "content": _SSE, "links": {
+        name: {"operationId": op, "parameters": {"response_id": "$response.body#/id"}}
+        for name, op in (("Retrieve", "retrieve_response"), ("Delete", "delete_response"),
+                         ("Cancel", "cancel_response"), ("InputItems", "list_input_items"))}},
+    **_ERRORS}, operation_id="create_response")
 async def create_response(request: Request) -> Response:
     """A response from the model: whole, streamed, or in the background."""
     runtime, state = _runtime(request), _state(request)
@@ -92,7 +125,8 @@ async def create_response(request: Request) -> Response:
 
 @router.get("/{response_id}", responses={200: {
     "description": "The response; with `stream=true` (background responses) its events "
-                   "after `starting_after`"}})
+                   "after `starting_after`", "content": _SSE}, **_ERRORS},
+            operation_id="retrieve_response")
 async def get_response(response_id: str, request: Request) -> Response:
     """A stored (or running background) response; `stream=true&starting_after=N` resumes
     a background response's events after sequence number N."""
@@ -124,7 +158,7 @@ async def get_response(response_id: str, request: Request) -> Response:
         return error_response(exc)
 
 
-@router.delete("/{response_id}")
+@router.delete("/{response_id}", responses=_ERRORS, operation_id="delete_response")
 async def delete_response(response_id: str, request: Request) -> Response:
     """Forgets a stored response (a running background one is cancelled first)."""
     state = _state(request)
@@ -138,7 +172,7 @@ async def delete_response(response_id: str, request: Request) -> Response:
     return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})
 
 
-@router.post("/{response_id}/cancel")
+@router.post("/{response_id}/cancel", responses=_ERRORS, operation_id="cancel_response")
 async def cancel_response(response_id: str, request: Request) -> Response:
     """Cancels a background response; answers it as it ended (status cancelled, unless it
     had ended already)."""
@@ -156,7 +190,8 @@ async def cancel_response(response_id: str, request: Request) -> Response:
     return JSONResponse(row.response)
 
 
-@router.get("/{response_id}/input_items")
+@router.get("/{response_id}/input_items", responses=_ERRORS,
+            operation_id="list_input_items")
 async def list_input_items(response_id: str, request: Request) -> Response:
     """The response's input items (`order` desc by default, `limit` 1-100, `after` an id)."""
     state = _state(request)
