@@ -93,8 +93,11 @@ class ServerProcess:
         self.log_path = LOGS / f"server-{self.port}.log"
         self._log = self.log_path.open("wb")
         cmd = [sys.executable, "-m", "tokenpipe", "serve", "--port", str(self.port), *args]
+        # stored Responses in the test logs, not the user's data directory (a test that
+        # restarts a server on one store passes --responses-db, which wins)
+        store = {"TOKENPIPE_RESPONSES_DB": str(LOGS / f"responses-{self.port}.sqlite3")}
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, **(env or {})})
+                                     env={**os.environ, **store, **(env or {})})
 
     def wait_ready(self, timeout: float = 180.0) -> None:
         deadline = time.monotonic() + timeout

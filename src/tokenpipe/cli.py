@@ -55,6 +55,13 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--max-prompt-tokens", type=int, help="longest prompt accepted")
     p.add_argument("--resume-grace-s", type=float, help="how long a resumable stream waits")
     p.add_argument("--shutdown-grace-s", type=float, help="how long shutdown lets streams end")
+    p.add_argument("--responses-db",
+                   help="SQLite file of stored /v1/responses (default: "
+                        "~/.local/share/tokenpipe/responses.sqlite3)")
+    p.add_argument("--responses-max-age-s", type=float,
+                   help="forget stored responses older than this (30 days)")
+    p.add_argument("--responses-max-count", type=int,
+                   help="keep at most this many stored responses (10000)")
     p.add_argument("--api-key", help="require this key (Authorization: Bearer KEY)")
     p.add_argument("--allowed-origins", help="comma-separated extra browser origins for /ws")
     p.add_argument("--allowed-hosts",

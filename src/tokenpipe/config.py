@@ -61,6 +61,10 @@ class Settings:
     resume_grace_s: float = 30.0
     shutdown_grace_s: float = 10.0
     sse_ping_interval_s: float = 15.0  # comment pings on idle OpenAI streams
+    # stored Responses (/v1/responses): one SQLite file; None: responses_db_path()'s default
+    responses_db: str | None = None
+    responses_max_age_s: float = 30 * 86400.0  # older stored responses are forgotten
+    responses_max_count: int = 10_000  # beyond it the oldest are forgotten
     api_key: str | None = field(default=None, repr=False)
     allowed_origins: tuple[str, ...] = ()
     # HTTP limits against hostile clients (docs/security.md)
@@ -150,6 +154,16 @@ INTERNAL = frozenset({"model_configs", "plans"})
 def _near(base: Path, value: str | None) -> str | None:
     """A path the configuration file gives, relative to the file's folder when it is one."""
     return str(base / value) if value is not None and (base / value).exists() else value
+
+
+def responses_db_path(settings: Settings) -> str:
+    """Where stored responses live: the setting, else the user's data directory
+    ($XDG_DATA_HOME, or ~/.local/share)/tokenpipe/responses.sqlite3."""
+    if settings.responses_db:
+        return settings.responses_db
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local",
+                                                           "share")
+    return os.path.join(base, "tokenpipe", "responses.sqlite3")
 
 
 def _parse(kind: Any, raw: str, name: str) -> Any:

@@ -32,6 +32,7 @@ from .http_protocol import guarded_http
 from .ollama.routes import routes as ollama_routes
 from .openai.routes import lean_routes, unparsable
 from .openai.routes import router as openai_router
+from .responses.routes import router as responses_router
 from .runtime import Runtime
 from .security import RequireKey
 from .ws.endpoint import websocket_endpoint
@@ -105,6 +106,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.state.runtime = runtime
     app.router.routes[:0] = lean_routes()  # before FastAPI's own (see lean_routes)
     app.include_router(anthropic_router)  # before openai's: its /v1/{path} catches all
+    app.include_router(responses_router)  # before openai's too (its /v1/{path})
     app.include_router(openai_router)
     app.router.routes.extend(ollama_routes())  # /api: Ollama's API
 

@@ -1,0 +1,344 @@
+"""/v1/responses: OpenAI's Responses API (docs/protocol.md, "OpenAI Responses HTTP"). Thin:
+parse, continue a stored conversation, start, hand the session to SessionResponse (or, in
+the background, to a Run); GET, DELETE, input_items and cancel read the runs and the store.
+Every error has OpenAI's shape; the API key is checked before any route (RequireKey).
+
+The handlers read and validate the body themselves (FastAPI would answer 422 in its own
+shape); the request model is documented in /docs through `openapi_extra`. The router's
+lifespan opens the door's state (the store, lazily) and closes it at shutdown."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.requests import ClientDisconnect
+
+from ...config import responses_db_path
+from ...errors import TokenpipeError
+from ...protocol.openai.errors import OpenAIError, validation_error
+from ...protocol.openai.responses import ErrorResponse
+from ...protocol.openai.schema import inline_schema
+from ...protocol.responses.errors import bad, not_found
+from ...protocol.responses.events import OPENING, last_number
+from ...protocol.responses.objects import ResponseShape, input_items
+from ...protocol.responses.requests import ResponsesRequest
+from ...types import Message
+from ..runtime import Runtime
+from .runs import Pending, ResponsesState, Run, replay
+from .session_response import EventsResponse, SessionResponse, error_response, once
+from .store import ResponseStore
+
+CANCEL_WAIT_S = 10.0  # cancel: how long to wait for the cancelled response to be stored
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings = app.state.runtime.settings
+    state = ResponsesState(ResponseStore(responses_db_path(settings),
+                                         max_age_s=settings.responses_max_age_s,
+                                         max_count=settings.responses_max_count))
+    app.state.responses = state
+    try:
+        yield
+    finally:
+        await state.aclose()
+
+
+router = APIRouter(prefix="/v1/responses", tags=["responses"], lifespan=_lifespan)
+_ERROR_TEXTS: dict[int | str, str] = {
+    400: "Invalid request (`param` names the field), or the prompt plus "
+         "max_output_tokens do not fit the context",
+    401: "Missing or wrong API key",
+    404: "Unknown model (`code: model_not_found`) or response id",
+    405: "A known path with the wrong method (`Allow` says which)",
+    413: "The body is over --max-body-bytes",
+    429: "Overloaded: retry after the `Retry-After` header's seconds",
+    500: "The engine failed before the first token",
+    503: "The model is not loaded (yet), or the server is shutting down",
+    "4XX": "Any other client error (never FastAPI's 422: validation answers 400)",
+}
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse, "description": text}
+    for status, text in _ERROR_TEXTS.items()}
+_SSE = {"text/event-stream": {"itemSchema": {
+    "type": "object", "required": ["data"],
+    "properties": {"event": {"type": "string", "description": "the data's `type`"},
+                   "data": {"type": "string", "contentMediaType": "application/json"}},
+    "description": "Each event names its type and holds one JSON object with a "
+                   "sequence_number; comment lines (`: ping`, `: queued position=N`) keep "
+                   "idle streams alive."}, "example": (
+    'event: response.created\ndata: {"type":"response.created","response":{...},'
+    '"sequence_number":0}\n\n'
+    'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+    '"item_id":"msg_1","output_index":0,"content_index":0,"delta":"Hi","logprobs":[],'
+    '"sequence_number":4}\n\n')}}
+_BODY = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": inline_schema(ResponsesRequest)}}}}
+
+
+@router.post("", openapi_extra=_BODY, responses={200: {
+    "description": "The response object, or with `stream: true` its server-sent events "
+                   "(response.created ... response.completed, each with sequence_number)",
+    "content": _SSE, "links": {
+        name: {"operationId": op, "parameters": {"response_id": "$response.body#/id"}}
+        for name, op in (("Retrieve", "retrieve_response"), ("Delete", "delete_response"),
+                         ("Cancel", "cancel_response"), ("InputItems", "list_input_items"))}},
+    **_ERRORS}, operation_id="create_response")
+async def create_response(request: Request) -> Response:
+    """A response from the model: whole, streamed, or in the background."""
+    runtime, state = _runtime(request), _state(request)
+    try:
+        body = ResponsesRequest.model_validate(await _json(request))
+        conversation = await _previous(state, body.previous_response_id)
+        history = tuple(_message(role, text) for role, text in conversation)
+        session = await runtime.models.start(body.to_request(history),
+                                             resumable=bool(body.background))
+    except ClientDisconnect:
+        return Response(status_code=400)  # nobody is left to read it
+    except ValidationError as exc:
+        return error_response(validation_error(exc.errors()))
+    except TokenpipeError as exc:
+        return error_response(exc)
+    shape = ResponseShape.new(body, session.model)
+    pending = Pending(input_items(body),
+                      [*conversation, *([m.role, m.content] for m in body.turns())])
+    ping_s = runtime.settings.sse_ping_interval_s or None
+    if body.background:
+        run = Run(session, shape, pending, state.store)
+        state.launch(run)
+        if body.stream:
+            return EventsResponse(run.follow(-1, ping_s))
+        return JSONResponse(run.snapshot())
+
+    async def keep(final: dict[str, Any], text: str) -> None:
+        await state.store.put(pending.stored(final, text))
+
+    return SessionResponse(session, shape, stream=bool(body.stream),
+                           keep=keep if body.stored else None, ping_s=ping_s or 0)
+
+
+@router.get("/{response_id}", responses={200: {
+    "description": "The response; with `stream=true` (background responses) its events "
+                   "after `starting_after`", "content": _SSE}, **_ERRORS},
+            operation_id="retrieve_response")
+async def get_response(response_id: str, request: Request) -> Response:
+    """A stored (or running background) response; `stream=true&starting_after=N` resumes
+    a background response's events after sequence number N."""
+    state = _state(request)
+    try:
+        stream = _flag(request, "stream")
+        after = _int(request, "starting_after", -1)
+        _no_include(request)
+        run = state.runs.get(response_id)
+        if run is not None and not run.deleted:
+            if not stream:
+                return JSONResponse(run.snapshot())
+            _check_after(after, run)
+            return EventsResponse(run.follow(after, _ping(request)))
+        row = await state.store.get(response_id)
+        if row is None:
+            raise not_found(response_id)
+        if not stream:
+            return JSONResponse(row.response)
+        if row.stream is None:
+            raise bad("Only background responses can be streamed with GET; this one was "
+                      "answered when it was created.", "stream")
+        last = last_number(len(row.stream["deltas"]), row.stream["error"] is not None)
+        if after > last:
+            raise bad(f"starting_after {after} is beyond the stream's last event ({last})",
+                      "starting_after")
+        return EventsResponse(once(replay(row, after)))
+    except TokenpipeError as exc:
+        return error_response(exc)
+
+
+@router.delete("/{response_id}", responses=_ERRORS, operation_id="delete_response")
+async def delete_response(response_id: str, request: Request) -> Response:
+    """Forgets a stored response (a running background one is cancelled first)."""
+    state = _state(request)
+    run = state.runs.get(response_id)
+    if run is not None and not run.deleted:
+        run.deleted = True
+        run.session.cancel()
+    found = await state.store.delete(response_id) or run is not None
+    if not found:
+        return error_response(not_found(response_id))
+    return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})
+
+
+@router.post("/{response_id}/cancel", responses=_ERRORS, operation_id="cancel_response")
+async def cancel_response(response_id: str, request: Request) -> Response:
+    """Cancels a background response; answers it as it ended (status cancelled, unless it
+    had ended already)."""
+    state = _state(request)
+    run = state.runs.get(response_id)
+    if run is not None and not run.deleted:
+        run.session.cancel()
+        await state.settle(run, CANCEL_WAIT_S)
+        return JSONResponse(run.snapshot())
+    row = await state.store.get(response_id)
+    if row is None:
+        return error_response(not_found(response_id))
+    if row.stream is None:
+        return error_response(bad("Only background responses can be cancelled."))
+    return JSONResponse(row.response)
+
+
+@router.get("/{response_id}/input_items", responses=_ERRORS,
+            operation_id="list_input_items")
+async def list_input_items(response_id: str, request: Request) -> Response:
+    """The response's input items (`order` desc by default, `limit` 1-100, `after` an id)."""
+    state = _state(request)
+    try:
+        limit = _int(request, "limit", 20)
+        if not 1 <= limit <= 100:
+            raise bad("limit must be between 1 and 100", "limit")
+        order = request.query_params.get("order", "desc")
+        if order not in ("asc", "desc"):
+            raise bad("order must be 'asc' or 'desc'", "order")
+        _no_include(request)
+        run = state.runs.get(response_id)
+        if run is not None and not run.deleted:
+            items = run.pending.input_items
+        else:
+            row = await state.store.get(response_id)
+            if row is None:
+                raise not_found(response_id)
+            items = row.input_items
+    except TokenpipeError as exc:
+        return error_response(exc)
+    items = items[::-1] if order == "desc" else list(items)
+    after = request.query_params.get("after")
+    if after is not None:
+        ids = [item["id"] for item in items]
+        items = items[ids.index(after) + 1:] if after in ids else []
+    page = items[:limit]
+    return JSONResponse({"object": "list", "data": page,
+                         "first_id": page[0]["id"] if page else None,
+                         "last_id": page[-1]["id"] if page else None,
+                         "has_more": len(items) > limit})
+
+
+_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"]
+_ALLOWED = {"": ("POST",), "/{response_id}": ("GET", "DELETE"),
+            "/{response_id}/cancel": ("POST",), "/{response_id}/input_items": ("GET",)}
+
+
+async def _wrong_method(request: Request) -> Response:
+    """A known path asked with a method it lacks: 405 in OpenAI's shape, with Allow (the
+    OpenAI door's catch-all would call it an unknown URL)."""
+    route = request.scope["route"].path.removeprefix("/v1/responses")
+    allowed = ", ".join(_ALLOWED[route])
+    response = error_response(OpenAIError(
+        f"Method {request.method} not allowed on {request.url.path}; use {allowed}",
+        param=None, openai_code=None, status=405))
+    response.headers["Allow"] = allowed
+    return response
+
+
+for _path, _allowed in _ALLOWED.items():
+    router.add_api_route(_path, _wrong_method, include_in_schema=False,
+                         methods=[m for m in _METHODS if m not in _allowed])
+
+
+async def _previous(state: ResponsesState, response_id: str | None) -> list[list[str]]:
+    """The conversation a previous response continues (its input and output after its own
+    history); [] without one."""
+    if response_id is None:
+        return []
+    if response_id in state.runs:
+        raise bad(f"Previous response '{response_id}' is still in progress: wait for it "
+                  "(or cancel it) first.", "previous_response_id")
+    row = await state.store.get(response_id)
+    if row is None:
+        raise not_found(response_id, param="previous_response_id")
+    if row.response.get("status") not in ("completed", "incomplete"):
+        raise bad(f"Previous response '{response_id}' has status "
+                  f"{row.response.get('status')}: only an answered one can be continued.",
+                  "previous_response_id")
+    return row.conversation
+
+
+def _message(role: str, text: str) -> Message:
+    if role not in ("system", "user", "assistant"):
+        raise ValueError(f"a stored conversation holds role {role!r}")
+    return Message(role, text)  # type: ignore[arg-type]  # checked above
+
+
+def _check_after(after: int, run: Run) -> None:
+    """A running response can resume after any event its client can have seen."""
+    if after < OPENING or run.final is not None:
+        if run.final is not None and after > last_number(run.deltas, run.error is not None):
+            raise bad(f"starting_after {after} is beyond the stream's last event",
+                      "starting_after")
+        return
+    sent = run.session.next_seq
+    if after - OPENING >= sent:
+        raise bad(f"starting_after {after} is beyond the last event sent so far "
+                  f"({OPENING + sent - 1})", "starting_after")
+
+
+def _flag(request: Request, name: str) -> bool:
+    value = request.query_params.get(name, "false").lower()
+    if value not in ("true", "false", "1", "0"):
+        raise bad(f"{name} must be true or false", name)
+    return value in ("true", "1")
+
+
+def _int(request: Request, name: str, default: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise bad(f"{name} must be an integer", name) from None
+    if value < -1:
+        raise bad(f"{name} must be -1 or more", name)
+    return value
+
+
+def _no_include(request: Request) -> None:
+    # #17: include values (e.g. reasoning.encrypted_content) once such output exists
+    if any(v for k, v in request.query_params.multi_items() if k.startswith("include")):
+        raise bad("include is not supported yet: this server produces message text only",
+                  "include")
+
+
+def _ping(request: Request) -> float | None:
+    return _runtime(request).settings.sse_ping_interval_s or None
+
+
+async def _json(request: Request) -> Any:
+    """The body as JSON, whatever its content type says; OpenAIError when it is not."""
+    raw = await request.body()
+    if not raw:
+        raise OpenAIError("The request body is empty: send a JSON object.", param=None,
+                          openai_code=None)
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise OpenAIError(f"We could not parse the JSON body of your request: {exc.msg}",
+                          param=None, openai_code=None) from None
+    except RecursionError:
+        raise OpenAIError("We could not parse the JSON body of your request: it is nested "
+                          "too deeply", param=None, openai_code=None) from None
+    except ValueError as exc:  # an integer over Python's digit limit, bytes not UTF-8
+        raise OpenAIError(f"We could not parse the JSON body of your request: {exc}",
+                          param=None, openai_code=None) from None
+
+
+def _runtime(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
+
+
+def _state(request: Request) -> ResponsesState:
+    state: ResponsesState = request.app.state.responses
+    return state

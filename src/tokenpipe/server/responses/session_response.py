@@ -1,0 +1,185 @@
+"""Serving one Responses request as an ASGI response: a foreground generation (one JSON
+response, or its numbered SSE events: protocol/responses/events.py), or the events of a
+background one (Run.follow, or a stored one's replay).
+
+As the other doors: a foreground session races the client's disconnect (race.py) and is
+cancelled the moment its client leaves. Headers wait for the first thing worth saying, so a
+failure before the first token is a proper status in OpenAI's shape; after it, an `error`
+event and `response.failed` end the stream. A stored response is written before its last
+event (or its JSON) goes out, so a GET right after the answer finds it. A background
+stream's client leaving stops only that stream: the generation runs on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
+
+from ...errors import TokenpipeError
+from ...protocol import sse
+from ...protocol.responses.errors import http_body
+from ...protocol.responses.events import ResponseEvents, failure_event
+from ...protocol.responses.objects import ResponseShape
+from ...session import Cursor, Delta, Event, Failed, Finished, GenerationSession, Queued
+from ..race import http_disconnect, race
+
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-store"),
+    (b"x-accel-buffering", b"no"),  # nginx: pass each event on at once
+]
+Keep = Callable[[dict[str, Any], str], Awaitable[None]]  # stores (final response, text)
+
+
+def error_response(exc: TokenpipeError) -> Response:
+    """`exc` as OpenAI's error JSON with its status (and Retry-After when it has one)."""
+    headers = {}
+    if exc.retry_after_ms is not None:
+        headers["retry-after"] = str(max(1, math.ceil(exc.retry_after_ms / 1000)))
+        headers["retry-after-ms"] = str(exc.retry_after_ms)  # the OpenAI SDKs honour it
+    return JSONResponse(http_body(exc), status_code=exc.status, headers=headers)
+
+
+class SessionResponse(Response):
+    """A foreground generation: SSE when `stream`, else one response object."""
+
+    def __init__(self, session: GenerationSession, shape: ResponseShape, *, stream: bool,
+                 keep: Keep | None, ping_s: float) -> None:
+        self.session = session
+        self.shape = shape
+        self.events = ResponseEvents(shape)
+        self.stream = stream
+        self.keep = keep
+        self.ping_s = ping_s if ping_s > 0 else None  # 0: no pings
+        self._ping: asyncio.TimerHandle | None = None
+        self._active = 0.0  # loop time of the last wait for events (pings: idle since)
+        self._scope: Scope = {"type": "http"}
+        self.status_code = 200
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self._scope = scope
+        cursor = self.session.cursor()
+        try:
+            await race(self._stream(cursor, send) if self.stream else self._whole(cursor, send),
+                       http_disconnect(receive), settle=False)  # it only reads receive
+        except OSError:  # the client went away while we wrote
+            pass
+        finally:
+            if self._ping is not None:
+                self._ping.cancel()
+            cursor.close()
+            self.session.cancel()  # a no-op once it ended; else its client left: stop it
+
+    def _ping_due(self, cursor: Cursor) -> None:
+        """The ping timer: armed once, moved on lazily (a token only notes its time)."""
+        assert self.ping_s is not None
+        loop = asyncio.get_running_loop()
+        due = self._active + self.ping_s
+        if loop.time() >= due:
+            self._ping = None
+            cursor.wake()
+        else:
+            self._ping = loop.call_at(due, self._ping_due, cursor)
+
+    async def _events(self, cursor: Cursor) -> list[Event]:
+        """The next events; an empty list when nothing happened for ping_s seconds."""
+        if self.ping_s is not None:
+            loop = asyncio.get_running_loop()
+            self._active = loop.time()
+            if self._ping is None:
+                self._ping = loop.call_at(self._active + self.ping_s, self._ping_due, cursor)
+        return await cursor.next()
+
+    async def _end(self, end: Finished | Failed, text: str) -> dict[str, Any]:
+        final = self.shape.final(end, text)
+        if self.keep is not None and isinstance(end, Finished):
+            await self.keep(final, text)
+        return final
+
+    async def _stream(self, cursor: Cursor, send: Send) -> None:
+        events = self.events
+        headers_sent = opened = False
+        parts: list[str] = []
+        while True:
+            out: list[bytes] = []
+            ended = False
+            batch = await self._events(cursor)
+            if not batch:
+                out.append(sse.comment("ping"))
+            for event in batch:
+                if isinstance(event, Queued):
+                    out.append(sse.comment(f"queued position={event.position}"))
+                    continue
+                if isinstance(event, Failed) and not opened and not headers_sent:
+                    await error_response(event.error)(self._scope, _no_receive, send)
+                    return
+                if isinstance(event, Delta | Finished | Failed) and not opened:
+                    opened = True
+                    out.append(events.opening())
+                if isinstance(event, Delta):
+                    parts.append(event.text)
+                    out.append(events.delta(event.seq, event.text))
+                elif isinstance(event, Finished | Failed):
+                    final = await self._end(event, "".join(parts))
+                    error = failure_event(event.error) if isinstance(event, Failed) else None
+                    out.append(events.closing(len(parts), final, error))
+                    ended = True
+            if not out:
+                continue  # Started alone: nothing to say yet, so no headers yet either
+            if not headers_sent:
+                headers_sent = True
+                await send({"type": "http.response.start", "status": 200,
+                            "headers": SSE_HEADERS})
+            await send({"type": "http.response.body", "body": b"".join(out),
+                        "more_body": not ended})
+            if ended:
+                return
+
+    async def _whole(self, cursor: Cursor, send: Send) -> None:
+        parts: list[str] = []
+        async for event in cursor:
+            if isinstance(event, Delta):
+                parts.append(event.text)
+            elif isinstance(event, Finished):
+                final = await self._end(event, "".join(parts))
+                await JSONResponse(final)(self._scope, _no_receive, send)
+                return
+            elif isinstance(event, Failed):
+                await error_response(event.error)(self._scope, _no_receive, send)
+                return
+
+
+class EventsResponse(Response):
+    """A background response's events (a Run's, followed live, or a stored replay) as SSE.
+    The client leaving ends only this stream."""
+
+    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
+        self.chunks = chunks
+        self.status_code = 200
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await race(self._send(send), http_disconnect(receive), settle=False)
+        except OSError:
+            pass
+
+    async def _send(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        async for chunk in self.chunks:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def once(chunk: bytes) -> AsyncIterator[bytes]:
+    yield chunk
+
+
+async def _no_receive() -> Any:  # plain responses never read; the race owns receive
+    raise RuntimeError("a plain response does not read the request")

@@ -1,0 +1,122 @@
+"""Stored responses: one SQLite file (stdlib sqlite3), so a restart loses no stored answer.
+
+One worker thread owns the connection and runs every statement (nothing touches the disk
+on the event loop; one writer, so no locking between threads). The file is opened on first
+use: a server that never stores anything creates nothing. Bounded: rows older than
+`max_age_s` are forgotten (and never served), and beyond `max_count` the oldest go, both
+checked as each row is written."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+log = logging.getLogger("tokenpipe.responses")
+T = TypeVar("T")
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    id TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    response TEXT NOT NULL,      -- the response object, as GET answers it
+    input_items TEXT NOT NULL,   -- this request's input items, as input_items lists them
+    conversation TEXT NOT NULL,  -- [[role, text], ...]: what previous_response_id continues
+    stream TEXT                  -- background only: {"message_id", "deltas"} to replay
+);
+CREATE INDEX IF NOT EXISTS responses_by_age ON responses (created_at);
+"""
+
+
+@dataclass(frozen=True)
+class Stored:
+    id: str
+    created_at: float
+    response: dict[str, Any]
+    input_items: list[dict[str, Any]]
+    conversation: list[list[str]]
+    stream: dict[str, Any] | None = None
+
+
+class ResponseStore:
+    def __init__(self, path: str, *, max_age_s: float, max_count: int) -> None:
+        self.path = path
+        self.max_age_s = max_age_s
+        self.max_count = max_count
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="responses-db")
+        self._db: sqlite3.Connection | None = None
+
+    async def put(self, row: Stored) -> None:
+        await self._run(self._put, row)
+
+    async def get(self, response_id: str) -> Stored | None:
+        return await self._run(self._get, response_id)
+
+    async def delete(self, response_id: str) -> bool:
+        return await self._run(self._delete, response_id)
+
+    async def aclose(self) -> None:
+        await self._run(self._close)
+        self._pool.shutdown(wait=True)
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    # ---- in the worker thread -----------------------------------------------------------
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            if self.path != ":memory:":
+                os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+            db = sqlite3.connect(self.path, timeout=10.0)
+            db.execute("PRAGMA journal_mode=WAL")  # readers never wait for the writer
+            db.execute("PRAGMA synchronous=NORMAL")  # WAL: a crash loses no committed row
+            db.executescript(_SCHEMA)
+            self._db = db
+            log.info("stored responses: %s", self.path)
+        return self._db
+
+    def _put(self, row: Stored) -> None:
+        db = self._conn()
+        with db:
+            db.execute(
+                "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?)",
+                (row.id, row.created_at, _dump(row.response), _dump(row.input_items),
+                 _dump(row.conversation), None if row.stream is None else _dump(row.stream)))
+            db.execute("DELETE FROM responses WHERE created_at < ?", (self._oldest(),))
+            db.execute("DELETE FROM responses WHERE id IN (SELECT id FROM responses ORDER BY "
+                       "created_at DESC LIMIT -1 OFFSET ?)", (self.max_count,))
+
+    def _get(self, response_id: str) -> Stored | None:
+        found = self._conn().execute(
+            "SELECT id, created_at, response, input_items, conversation, stream FROM "
+            "responses WHERE id = ? AND created_at >= ?", (response_id, self._oldest()),
+        ).fetchone()
+        if found is None:
+            return None
+        rid, created, response, items, conversation, stream = found
+        return Stored(rid, created, json.loads(response), json.loads(items),
+                      json.loads(conversation), None if stream is None else json.loads(stream))
+
+    def _delete(self, response_id: str) -> bool:
+        db = self._conn()
+        with db:
+            return db.execute("DELETE FROM responses WHERE id = ?",
+                              (response_id,)).rowcount > 0
+
+    def _close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def _oldest(self) -> float:
+        return time.time() - self.max_age_s
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

@@ -1,0 +1,120 @@
+"""The Responses request model: what maps to the core's request (input items, instructions,
+history, sampling, text.format through chat's ResponseFormat), what is refused and how the
+refusal names the parameter (OpenAI's `input[0].content[1].type`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from tokenpipe.protocol.formats import ResponseFormat
+from tokenpipe.protocol.openai.errors import validation_error
+from tokenpipe.protocol.responses.objects import input_items
+from tokenpipe.protocol.responses.requests import ResponsesRequest
+from tokenpipe.types import GenerationRequest, Message, OutputFormat, SamplingParams
+
+
+def parse(**fields: Any) -> ResponsesRequest:
+    return ResponsesRequest.model_validate({"model": "m", "input": "hi", **fields})
+
+
+def refusal(**fields: Any) -> tuple[str | None, str, str | None]:
+    """(param, message, code) of the 400 the request gets."""
+    with pytest.raises(ValidationError) as info:
+        ResponsesRequest.model_validate({"model": "m", "input": "hi", **fields})
+    err = validation_error(info.value.errors())
+    assert err.status == 400
+    return err.param, err.message, err.openai_code
+
+
+def test_a_string_is_one_user_message_and_sampling_maps() -> None:
+    req = parse(instructions="be brief", temperature=0.5, top_p=0.9, max_output_tokens=7,
+                seed=-1, metadata={"k": "v"}, user="u", store=False, truncation="disabled",
+                parallel_tool_calls=False, tools=[], include=[], tool_choice="auto",
+                reasoning={"effort": None}, service_tier="auto", prompt_cache_key="x",
+                stream_options={"include_obfuscation": False}, text={"format": {"type": "text"}})
+    assert not req.stored
+    assert req.to_request() == GenerationRequest(
+        messages=(Message("system", "be brief"), Message("user", "hi")), model="m",
+        params=SamplingParams(max_tokens=7, temperature=0.5, top_p=0.9, seed=2**63 - 1))
+
+
+def test_defaults_are_openais() -> None:
+    req = ResponsesRequest.model_validate({"input": "hi"})
+    assert req.stored and not req.background and req.model is None
+    assert req.to_request().params == SamplingParams(temperature=1.0, top_p=1.0)
+
+
+def test_items_long_and_short_form_in_order_with_history_first() -> None:
+    req = parse(input=[
+        {"role": "developer", "content": "rules"},
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "one"}, {"type": "input_text", "text": "two"}]},
+        {"type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
+         "content": [{"type": "output_text", "text": "ok", "annotations": [], "logprobs": []}]},
+        {"role": "system", "content": "more"},
+        {"role": "user", "content": "three"}], instructions="first")
+    history = (Message("user", "before"), Message("assistant", "answer"))
+    assert req.to_request(history).messages == (
+        Message("system", "first"), *history, Message("system", "rules"),
+        Message("user", "one\ntwo"), Message("assistant", "ok"), Message("system", "more"),
+        Message("user", "three"))
+    items = input_items(req)
+    assert [i["role"] for i in items] == ["developer", "user", "assistant", "system", "user"]
+    assert items[2]["id"] == "msg_1" and items[2]["content"][0]["type"] == "output_text"
+    assert items[1]["content"] == [{"type": "input_text", "text": "one\ntwo"}]
+    assert all(i["id"].startswith("msg_") for i in items)
+
+
+@pytest.mark.parametrize("fmt", [
+    {"type": "json_object"},
+    {"type": "json_schema", "name": "person", "strict": True,
+     "schema": {"type": "object", "properties": {"b": {"type": "string"}, "a": {}}}},
+    {"type": "json_schema", "name": "any"},
+])
+def test_text_format_maps_as_chat_response_format_does(fmt: dict[str, Any]) -> None:
+    chat: dict[str, Any] = {"type": fmt["type"]}
+    if fmt["type"] == "json_schema":
+        chat["json_schema"] = {k: v for k, v in fmt.items() if k != "type"}
+    expected = ResponseFormat.model_validate(chat).to_format()
+    assert isinstance(expected, OutputFormat)
+    assert parse(text={"format": fmt}).to_request().format == expected
+
+
+@pytest.mark.parametrize(("fields", "param", "words"), [
+    ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role", "Input should be"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]},
+     "input[0].content[0]", "'input_image' are not supported yet"),
+    ({"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]},
+     "input[0]", "'function_call_output' are not supported yet"),
+    ({"input": []}, "input", "at least 1"),
+    ({"input": "\ud800"}, "input", "surrogate"),
+    ({"tools": [{"type": "function", "name": "f"}]}, "tools", "tools are not supported yet"),
+    ({"tool_choice": "required"}, "tool_choice", "not supported yet"),
+    ({"include": ["reasoning.encrypted_content"]}, "include", "not supported yet"),
+    ({"reasoning": {"effort": "low"}}, "reasoning", "not supported yet"),
+    ({"truncation": "auto"}, "truncation", "disabled"),
+    ({"background": True, "store": False}, "background", "need store"),
+    ({"temperature": 3}, "temperature", "less than or equal to 2"),
+    ({"max_output_tokens": 0}, "max_output_tokens", "greater than or equal to 1"),
+    ({"text": {"format": {"type": "json_schema"}}}, "text.format.name", "name is required"),
+    ({"text": {"format": {"type": "json_schema", "name": "x", "schema": "no"}}},
+     "text.format.schema", "json schema is an object"),
+    ({"text": {"format": {"type": "xml"}}}, "text.format.type", "Input should be"),
+    ({"stream": "yes"}, "stream", "valid boolean"),
+    ({"frequency_penalty": 1}, "frequency_penalty", "Unrecognized request argument"),
+    ({"conversation": "conv_1"}, "conversation", "previous_response_id"),
+])
+def test_refusals_name_the_parameter(fields: dict[str, Any], param: str, words: str) -> None:
+    got_param, message, _ = refusal(**fields)
+    assert got_param == param
+    assert words in message
+
+
+def test_missing_input_is_missing_required_parameter() -> None:
+    with pytest.raises(ValidationError) as info:
+        ResponsesRequest.model_validate({"model": "m"})
+    err = validation_error(info.value.errors())
+    assert (err.param, err.openai_code) == ("input", "missing_required_parameter")
