@@ -50,7 +50,8 @@ def test_chat_request_maps_every_parameter() -> None:
         messages=(Message("user", "hi"),), model="m",
         params=SamplingParams(max_tokens=12, temperature=0.5, top_p=0.9, top_k=40, min_p=0.05,
                               repetition_penalty=1.1, presence_penalty=0.5,
-                              frequency_penalty=-0.5, seed=7, stop=("END",)))
+                              frequency_penalty=-0.5, seed=7, stop=("END",)),
+        split_reasoning=True)  # a chat answer's thinking section goes to reasoning_content
     assert req.max_tokens_param == "max_completion_tokens"
 
 
