@@ -78,6 +78,15 @@ def chat(text: str, **params: object) -> Any:
                              params=SamplingParams(**params))  # type: ignore[arg-type]
 
 
+def broken_model() -> str:
+    """A file that `--model` accepts (it exists) and the engine cannot load: its load fails
+    after the server listens (a path that does not exist is refused before)."""
+    LOGS.mkdir(parents=True, exist_ok=True)
+    path = LOGS / "broken-model.gguf"
+    path.write_bytes(b"not a GGUF file\n")
+    return str(path)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -25,7 +25,7 @@ import httpx
 import pytest
 import websockets
 
-from tests.conftest import LOGS, ServerProcess, free_port, running
+from tests.conftest import LOGS, ServerProcess, broken_model, free_port, running
 from tests.e2e.hostile import Bystander, rss_mb
 
 FIGURES: list[dict[str, Any]] = []
@@ -621,7 +621,7 @@ async def test_head_on_health_and_metrics(server: ServerProcess) -> None:
         for path in ("/health", "/metrics"):
             response = await http.head(server.url + path)
             assert response.status_code == 200 and response.content == b"", path
-    broken = ServerProcess(("--model", "/nonexistent/model.gguf"))
+    broken = ServerProcess(("--model", broken_model()))
     try:
         deadline = time.monotonic() + 60
         status = None

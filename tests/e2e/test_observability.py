@@ -13,7 +13,7 @@ import httpx
 import pytest
 import websockets
 
-from tests.conftest import ServerProcess
+from tests.conftest import ServerProcess, broken_model
 from tokenpipe.client import Client, ServerError, bearer_subprotocol
 
 pytestmark = pytest.mark.e2e
@@ -55,7 +55,7 @@ def test_health_is_public_and_ready(fake_server: ServerProcess) -> None:
 
 
 async def test_a_model_that_cannot_load_fails_health_and_requests_clearly() -> None:
-    server = ServerProcess(("--model", "/nonexistent/model.gguf"))
+    server = ServerProcess(("--model", broken_model()))
     try:
         deadline = time.monotonic() + 60
         body: dict[str, Any] = {}
@@ -65,13 +65,13 @@ async def test_a_model_that_cannot_load_fails_health_and_requests_clearly() -> N
                 body = response.json()
             await asyncio.sleep(0.2)
         assert response.status_code == 503
-        assert "/nonexistent/model.gguf" in body["error"]
+        assert "broken-model.gguf" in body["error"]
         async with Client(server.ws_url) as client:
             gen = await client.generate(prompt="hi")
             with pytest.raises(ServerError) as info:
                 await gen.collect()
         assert info.value.code == "engine_error"
-        assert "/nonexistent/model.gguf" in info.value.message
+        assert "broken-model.gguf" in info.value.message
     finally:
         server.stop()
 

@@ -17,7 +17,7 @@ import ollama
 import openai
 import pytest
 
-from tests.conftest import ServerProcess, running
+from tests.conftest import ServerProcess, broken_model, running
 from tokenpipe.engines.fake import SCRIPT
 
 pytestmark = pytest.mark.e2e
@@ -344,7 +344,7 @@ def test_several_models_are_named_the_ollama_way(live_server: Any) -> None:
 
 
 def test_a_model_that_failed_to_load_is_503() -> None:
-    server = ServerProcess(("--model", "/nonexistent/model.gguf"))  # the load fails
+    server = ServerProcess(("--model", broken_model()))  # the load fails
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -357,7 +357,7 @@ def test_a_model_that_failed_to_load_is_503() -> None:
                      lambda: c.generate(model="smollm2"), lambda: c.show("smollm2")):
             with pytest.raises(ollama.ResponseError) as info:
                 call()
-            assert info.value.status_code == 503 and "nonexistent" in info.value.error
+            assert info.value.status_code == 503 and "broken-model.gguf" in info.value.error
         assert c.ps().models == []
     finally:
         server.stop()

@@ -16,7 +16,7 @@ import openai
 import pytest
 import websockets
 
-from tests.conftest import ServerProcess, running
+from tests.conftest import ServerProcess, broken_model, running
 from tokenpipe.engines.fake import SCRIPT
 
 pytestmark = pytest.mark.e2e
@@ -319,7 +319,7 @@ def test_idle_stream_sends_comment_pings(live_server: Any) -> None:
 
 
 def test_engine_not_loaded_is_503() -> None:
-    server = ServerProcess(("--model", "/nonexistent/model.gguf"))  # the load fails
+    server = ServerProcess(("--model", broken_model()))  # the load fails
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -330,7 +330,7 @@ def test_engine_not_loaded_is_503() -> None:
         r = httpx.post(server.url + "/v1/chat/completions", json={"messages": USER})
         assert r.status_code == 503
         assert r.json()["error"]["type"] == "server_error"
-        assert "nonexistent" in r.json()["error"]["message"]
+        assert "broken-model.gguf" in r.json()["error"]["message"]
         assert httpx.get(server.url + "/v1/models").status_code == 503
         with pytest.raises(openai.InternalServerError):
             client(server).chat.completions.create(model="m", messages=USER)

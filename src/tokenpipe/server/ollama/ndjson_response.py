@@ -12,16 +12,15 @@ with Ollama).
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from starlette.responses import JSONResponse, Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Send
 
 from ...errors import TokenpipeError
 from ...protocol.ollama.errors import error_body, status_of
 from ...protocol.ollama.responses import Answer, line, timestamp
 from ...session import Cursor, Delta, Failed, Finished, GenerationSession
-from ..race import http_disconnect, race
+from ..door_response import DoorResponse, no_receive
 
 NDJSON_HEADERS = [
     (b"content-type", b"application/x-ndjson"),
@@ -39,31 +38,15 @@ def error_response(exc: TokenpipeError, model: str | None = None) -> Response:
     return JSONResponse(error_body(exc, model), status_code=status_of(exc), headers=headers)
 
 
-class NdjsonResponse(Response):
+class NdjsonResponse(DoorResponse):
     """The ASGI response of one generation; its status is decided by the session's first
-    events, not up front."""
+    events, not up front. No pings: NDJSON has no comment line."""
 
     def __init__(self, session: GenerationSession, answer: Answer, *, stream: bool) -> None:
-        self.session = session
+        super().__init__(session, stream=stream, ping_s=None)
         self.answer = answer
-        self.stream = stream
-        self._scope: Scope = {"type": "http"}
-        self.status_code = 200
-        self.background = None
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self._scope = scope
-        cursor = self.session.cursor()
-        try:
-            await race(self._lines(cursor, send) if self.stream else self._whole(cursor, send),
-                       http_disconnect(receive), settle=False)  # it only reads receive
-        except OSError:  # the client went away while we wrote
-            pass
-        finally:
-            cursor.close()
-            self.session.cancel()  # a no-op once it ended; else its client left: stop it
-
-    async def _lines(self, cursor: Cursor, send: Send) -> None:
+    async def _stream(self, cursor: Cursor, send: Send) -> None:
         answer = self.answer
         started = False
         while True:
@@ -103,15 +86,12 @@ class NdjsonResponse(Response):
             elif isinstance(event, Finished):
                 body = self.answer.done("".join(parts), event.reason.value, event.usage,
                                         event.timing)
-                await JSONResponse(body, media_type=JSON_TYPE)(self._scope, _no_receive, send)
+                await JSONResponse(body, media_type=JSON_TYPE)(self._scope, no_receive, send)
                 return
             elif isinstance(event, Failed):
                 await self._error(event.error, send)
                 return
 
     async def _error(self, exc: TokenpipeError, send: Send) -> None:
-        await error_response(exc, self.answer.model)(self._scope, _no_receive, send)
+        await error_response(exc, self.answer.model)(self._scope, no_receive, send)
 
-
-async def _no_receive() -> Any:  # plain responses never read; the race owns receive
-    raise RuntimeError("a plain response does not read the request")

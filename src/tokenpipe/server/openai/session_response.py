@@ -14,22 +14,19 @@ hears `: queued position=N` comment lines (SSE clients, the OpenAI SDKs too, ski
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import Mapping
-from typing import Any
 
 from starlette.responses import JSONResponse, Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Send
 
 from ...errors import TokenpipeError
 from ...protocol import sse
 from ...protocol.openai.errors import error_body
 from ...protocol.openai.render import ChatRender, CompletionRender
-from ...session import Cursor, Delta, Event, Failed, Finished, GenerationSession, Queued
-from ..race import http_disconnect, race
+from ...session import Cursor, Delta, Failed, Finished, GenerationSession, Queued
+from ..door_response import PING_INTERVAL_S, DoorResponse, no_receive
 
-PING_INTERVAL_S = 15.0  # default of Settings.sse_ping_interval_s
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
     (b"cache-control", b"no-store"),
@@ -47,58 +44,15 @@ def error_response(exc: TokenpipeError, fields: Mapping[str, str] | None = None)
     return JSONResponse(error_body(exc, fields), status_code=exc.status, headers=headers)
 
 
-class SessionResponse(Response):
+class SessionResponse(DoorResponse):
     """The ASGI response of one generation: SSE when `stream`, else one JSON object. Its
     status and headers are decided by the session's first events, not up front."""
 
     def __init__(self, session: GenerationSession, shape: Shape, *, stream: bool,
                  include_usage: bool = False, ping_s: float = PING_INTERVAL_S) -> None:
-        self.session = session
+        super().__init__(session, stream=stream, ping_s=ping_s)
         self.shape = shape
-        self.stream = stream
         self.include_usage = include_usage
-        self.ping_s = ping_s if ping_s > 0 else None  # 0: no pings
-        self._ping: asyncio.TimerHandle | None = None
-        self._active = 0.0  # loop time of the last wait for events (pings: idle since)
-        self._scope: Scope = {"type": "http"}
-        self.status_code = 200
-        self.background = None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self._scope = scope
-        cursor = self.session.cursor()
-        try:
-            await race(self._stream(cursor, send) if self.stream else self._whole(cursor, send),
-                       http_disconnect(receive), settle=False)  # it only reads receive
-        except OSError:  # the client went away while we wrote
-            pass
-        finally:
-            if self._ping is not None:
-                self._ping.cancel()
-            cursor.close()
-            self.session.cancel()  # a no-op once it ended; else its client left: stop it
-        if self.background is not None:
-            await self.background()
-
-    def _ping_due(self, cursor: Cursor) -> None:
-        """The ping timer: armed once, moved on lazily (a token only notes its time)."""
-        assert self.ping_s is not None
-        loop = asyncio.get_running_loop()
-        due = self._active + self.ping_s
-        if loop.time() >= due:
-            self._ping = None
-            cursor.wake()
-        else:
-            self._ping = loop.call_at(due, self._ping_due, cursor)
-
-    async def _events(self, cursor: Cursor) -> list[Event]:
-        """The next events; an empty list when nothing happened for ping_s seconds."""
-        if self.ping_s is not None:
-            loop = asyncio.get_running_loop()
-            self._active = loop.time()
-            if self._ping is None:
-                self._ping = loop.call_at(self._active + self.ping_s, self._ping_due, cursor)
-        return await cursor.next()
 
     async def _stream(self, cursor: Cursor, send: Send) -> None:
         shape = self.shape
@@ -126,7 +80,7 @@ class SessionResponse(Response):
                     ended = True
                 elif isinstance(event, Failed):
                     if not opened and not headers_sent:
-                        await error_response(event.error)(self._scope, _no_receive, send)
+                        await error_response(event.error)(self._scope, no_receive, send)
                         return
                     out += [sse.data(error_body(event.error)), sse.DONE]
                     ended = True
@@ -150,12 +104,9 @@ class SessionResponse(Response):
                 body = self.shape.whole(deltas, event.reason.value, event.usage)
                 response: Response = Response(body.model_dump_json(),
                                               media_type="application/json")
-                await response(self._scope, _no_receive, send)
+                await response(self._scope, no_receive, send)
                 return
             elif isinstance(event, Failed):
-                await error_response(event.error)(self._scope, _no_receive, send)
+                await error_response(event.error)(self._scope, no_receive, send)
                 return
 
-
-async def _no_receive() -> Any:  # plain responses never read; the race owns receive
-    raise RuntimeError("a plain response does not read the request")

@@ -12,7 +12,6 @@ stream's client leaving stops only that stream: the generation runs on.
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -25,7 +24,8 @@ from ...protocol import sse
 from ...protocol.responses.errors import http_body
 from ...protocol.responses.events import ResponseEvents, failure_event
 from ...protocol.responses.objects import ResponseShape
-from ...session import Cursor, Delta, Event, Failed, Finished, GenerationSession, Queued
+from ...session import Cursor, Delta, Failed, Finished, GenerationSession, Queued
+from ..door_response import DoorResponse, no_receive
 from ..race import http_disconnect, race
 
 SSE_HEADERS = [
@@ -45,56 +45,15 @@ def error_response(exc: TokenpipeError) -> Response:
     return JSONResponse(http_body(exc), status_code=exc.status, headers=headers)
 
 
-class SessionResponse(Response):
+class SessionResponse(DoorResponse):
     """A foreground generation: SSE when `stream`, else one response object."""
 
     def __init__(self, session: GenerationSession, shape: ResponseShape, *, stream: bool,
                  keep: Keep | None, ping_s: float) -> None:
-        self.session = session
+        super().__init__(session, stream=stream, ping_s=ping_s)
         self.shape = shape
         self.events = ResponseEvents(shape)
-        self.stream = stream
         self.keep = keep
-        self.ping_s = ping_s if ping_s > 0 else None  # 0: no pings
-        self._ping: asyncio.TimerHandle | None = None
-        self._active = 0.0  # loop time of the last wait for events (pings: idle since)
-        self._scope: Scope = {"type": "http"}
-        self.status_code = 200
-        self.background = None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self._scope = scope
-        cursor = self.session.cursor()
-        try:
-            await race(self._stream(cursor, send) if self.stream else self._whole(cursor, send),
-                       http_disconnect(receive), settle=False)  # it only reads receive
-        except OSError:  # the client went away while we wrote
-            pass
-        finally:
-            if self._ping is not None:
-                self._ping.cancel()
-            cursor.close()
-            self.session.cancel()  # a no-op once it ended; else its client left: stop it
-
-    def _ping_due(self, cursor: Cursor) -> None:
-        """The ping timer: armed once, moved on lazily (a token only notes its time)."""
-        assert self.ping_s is not None
-        loop = asyncio.get_running_loop()
-        due = self._active + self.ping_s
-        if loop.time() >= due:
-            self._ping = None
-            cursor.wake()
-        else:
-            self._ping = loop.call_at(due, self._ping_due, cursor)
-
-    async def _events(self, cursor: Cursor) -> list[Event]:
-        """The next events; an empty list when nothing happened for ping_s seconds."""
-        if self.ping_s is not None:
-            loop = asyncio.get_running_loop()
-            self._active = loop.time()
-            if self._ping is None:
-                self._ping = loop.call_at(self._active + self.ping_s, self._ping_due, cursor)
-        return await cursor.next()
 
     async def _end(self, end: Finished | Failed, text: str) -> dict[str, Any]:
         final = self.shape.final(end, text)
@@ -117,7 +76,7 @@ class SessionResponse(Response):
                     out.append(sse.comment(f"queued position={event.position}"))
                     continue
                 if isinstance(event, Failed) and not opened and not headers_sent:
-                    await error_response(event.error)(self._scope, _no_receive, send)
+                    await error_response(event.error)(self._scope, no_receive, send)
                     return
                 if isinstance(event, Delta | Finished | Failed) and not opened:
                     opened = True
@@ -148,10 +107,10 @@ class SessionResponse(Response):
                 parts.append(event.text)
             elif isinstance(event, Finished):
                 final = await self._end(event, "".join(parts))
-                await JSONResponse(final)(self._scope, _no_receive, send)
+                await JSONResponse(final)(self._scope, no_receive, send)
                 return
             elif isinstance(event, Failed):
-                await error_response(event.error)(self._scope, _no_receive, send)
+                await error_response(event.error)(self._scope, no_receive, send)
                 return
 
 
@@ -180,6 +139,3 @@ class EventsResponse(Response):
 async def once(chunk: bytes) -> AsyncIterator[bytes]:
     yield chunk
 
-
-async def _no_receive() -> Any:  # plain responses never read; the race owns receive
-    raise RuntimeError("a plain response does not read the request")
