@@ -37,6 +37,20 @@ describe('DeltaBatcher', () => {
     expect(delivered).toHaveLength(2);
   });
 
+  it('carries the last seq of the text it gathered', () => {
+    const frames = manualFrames();
+    const delivered: [string, number | undefined][] = [];
+    const batcher = new DeltaBatcher((_c, _m, text, seq) => delivered.push([text, seq]), frames);
+    batcher.add('c', 'a', 'x', 3);
+    batcher.add('c', 'a', 'y', 4);
+    batcher.add('c', 'b', 'z');
+    frames.run();
+    expect(delivered).toEqual([
+      ['xy', 4],
+      ['z', undefined],
+    ]);
+  });
+
   it('asks for the next frame only when new text comes', () => {
     const frames = manualFrames();
     const delivered: string[] = [];

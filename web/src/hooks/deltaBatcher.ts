@@ -3,7 +3,8 @@
  * model sends hundreds of deltas a second, and a render for each would burn the CPU the
  * model needs (PERFORMANCE.md, "The browser counts too").
  */
-export type Deliver = (conversationId: string, messageId: string, text: string) => void;
+/** `seq`: the last tokenpipe.v1 seq in `text`, where the transport numbers its deltas. */
+export type Deliver = (conversationId: string, messageId: string, text: string, seq?: number, deltas?: number) => void;
 
 export interface FrameScheduler {
   request(callback: () => void): number;
@@ -16,7 +17,7 @@ const animationFrames: FrameScheduler = {
 };
 
 export class DeltaBatcher {
-  private pending = new Map<string, { conversationId: string; text: string }>();
+  private pending = new Map<string, { conversationId: string; text: string; seq?: number; deltas: number }>();
   private frame: number | null = null;
 
   constructor(
@@ -24,10 +25,13 @@ export class DeltaBatcher {
     private readonly frames: FrameScheduler = animationFrames,
   ) {}
 
-  add(conversationId: string, messageId: string, text: string): void {
+  add(conversationId: string, messageId: string, text: string, seq?: number): void {
     const entry = this.pending.get(messageId);
-    if (entry) entry.text += text;
-    else this.pending.set(messageId, { conversationId, text });
+    if (entry) {
+      entry.text += text;
+      entry.deltas += 1;
+      if (seq !== undefined) entry.seq = seq;
+    } else this.pending.set(messageId, { conversationId, text, deltas: 1, ...(seq !== undefined ? { seq } : {}) });
     this.frame ??= this.frames.request(() => {
       this.frame = null;
       this.flush();
@@ -43,7 +47,7 @@ export class DeltaBatcher {
     const batch = this.pending;
     if (batch.size === 0) return;
     this.pending = new Map();
-    for (const [messageId, { conversationId, text }] of batch) this.deliver(conversationId, messageId, text);
+    for (const [messageId, { conversationId, text, seq, deltas }] of batch) this.deliver(conversationId, messageId, text, seq, deltas);
   }
 
   dispose(): void {
