@@ -9,21 +9,36 @@ export type Deliver = (conversationId: string, messageId: string, text: string, 
 export interface FrameScheduler {
   request(callback: () => void): number;
   cancel(handle: number): void;
+  /** Milliseconds, for the minimum spacing of renders. */
+  now?(): number;
 }
 
 const animationFrames: FrameScheduler = {
   request: (callback) => requestAnimationFrame(callback),
   cancel: (handle) => cancelAnimationFrame(handle),
+  now: () => performance.now(),
 };
 
 export class DeltaBatcher {
   private pending = new Map<string, { conversationId: string; text: string; seq?: number; deltas: number }>();
   private frame: number | null = null;
+  private lastFlush = -Infinity;
 
+  /** `minIntervalMs`: renders at least this far apart (a frame that comes sooner is skipped). */
   constructor(
     private readonly deliver: Deliver,
     private readonly frames: FrameScheduler = animationFrames,
+    private readonly minIntervalMs = 0,
   ) {}
+
+  private schedule(): void {
+    this.frame ??= this.frames.request(() => {
+      this.frame = null;
+      const now = this.frames.now?.() ?? Infinity;
+      if (now - this.lastFlush < this.minIntervalMs) this.schedule();
+      else this.flush();
+    });
+  }
 
   add(conversationId: string, messageId: string, text: string, seq?: number): void {
     const entry = this.pending.get(messageId);
@@ -32,10 +47,7 @@ export class DeltaBatcher {
       entry.deltas += 1;
       if (seq !== undefined) entry.seq = seq;
     } else this.pending.set(messageId, { conversationId, text, deltas: 1, ...(seq !== undefined ? { seq } : {}) });
-    this.frame ??= this.frames.request(() => {
-      this.frame = null;
-      this.flush();
-    });
+    this.schedule();
   }
 
   /** Deliver everything now: before an answer's end, so its last text comes first. */
@@ -46,6 +58,7 @@ export class DeltaBatcher {
     }
     const batch = this.pending;
     if (batch.size === 0) return;
+    this.lastFlush = this.frames.now?.() ?? 0;
     this.pending = new Map();
     for (const [messageId, { conversationId, text, seq, deltas }] of batch) this.deliver(conversationId, messageId, text, seq, deltas);
   }
