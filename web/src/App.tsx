@@ -1,11 +1,14 @@
 import { useCallback, useEffect, useMemo, useRef, useState } from 'react';
+import { Menu, Settings as SettingsIcon } from 'lucide-react';
 import { Composer } from './components/Composer';
+import { ModelPicker } from './components/ModelPicker';
 import { ConnectionBanner, ConnectionStatus } from './components/ConnectionStatus';
 import { MessageList } from './components/MessageList';
 import type { MessageActions } from './components/MessageView';
 import { SettingsDialog } from './components/SettingsDialog';
 import { Sidebar } from './components/Sidebar';
 import { TransportSwitch } from './components/TransportSwitch';
+import { UndoToast } from './components/UndoToast';
 import { useConversations } from './hooks/useConversations';
 import { useGeneration } from './hooks/useGeneration';
 import { useSettings } from './hooks/useSettings';
@@ -63,7 +66,8 @@ export function App() {
       const now = Date.now();
       const conversationId = latest.current.state.activeId ?? newId('c');
       const user: Message = { id: newId('u'), role: 'user', content: text, createdAt: now };
-      ask({ type: 'send', conversationId, user, assistant: placeholderAnswer(now), now });
+      const systemPrompt = latest.current.state.activeId ? undefined : latest.current.settings.systemPrompt;
+      ask({ type: 'send', conversationId, user, assistant: placeholderAnswer(now), now, ...(systemPrompt !== undefined ? { systemPrompt } : {}) });
     },
     [ask],
   );
@@ -74,20 +78,45 @@ export function App() {
         const id = latest.current.state.activeId;
         if (!id) return;
         const now = Date.now();
-        ask({ type: 'edit', conversationId: id, messageId, content, assistant: placeholderAnswer(now), now });
+        const user: Message = { id: newId('u'), role: 'user', content, createdAt: now };
+        ask({ type: 'edit', conversationId: id, messageId, user, assistant: placeholderAnswer(now), now });
       },
-      onRegenerate() {
+      onRegenerate(messageId) {
         const id = latest.current.state.activeId;
         if (!id) return;
         const now = Date.now();
-        ask({ type: 'regenerate', conversationId: id, assistant: placeholderAnswer(now), now });
+        ask({ type: 'regenerate', conversationId: id, messageId, assistant: placeholderAnswer(now), now });
       },
-      onStop(messageId) {
-        latest.current.generation.stop(messageId);
+      onVersion(messageId, step) {
+        const id = latest.current.state.activeId;
+        if (id) dispatch({ type: 'version', conversationId: id, messageId, step });
+      },
+      onDelete(messageId) {
+        const id = latest.current.state.activeId;
+        if (id) dispatch({ type: 'deleteMessage', conversationId: id, messageId });
       },
     }),
-    [ask],
+    [ask, dispatch],
   );
+
+  // Answers that were running when the page was reloaded: go on with those the server can
+  // resume, and say so for the others (settled once: the reducer ignores a settled answer).
+  useEffect(() => {
+    if (!state.loaded) return;
+    const { state: current, generation: g } = latest.current;
+    for (const conversation of Object.values(current.conversations)) {
+      for (const message of conversation.messages) {
+        if (!isRunning(message) || g.isRunning(message.id)) continue;
+        const ref = { conversationId: conversation.id, messageId: message.id };
+        if (message.resume && g.resume(conversation.id, message.id, message.resume.stream, message.resume.seq)) continue;
+        dispatch({
+          type: 'answer/interrupted',
+          ...ref,
+          reason: message.resume ? 'It can be resumed over the WebSocket transport only.' : 'The page was closed while this answer was arriving.',
+        });
+      }
+    }
+  }, [state.loaded, generation, dispatch]);
 
   const closeSidebar = useCallback(() => setSidebarOpen(false), []);
   const menuButton = useRef<HTMLButtonElement>(null);
@@ -130,6 +159,10 @@ export function App() {
           generation.stopConversation(id);
           dispatch({ type: 'delete', id });
         }}
+        onDeleteAll={() => {
+          for (const id of state.order) generation.stopConversation(id);
+          dispatch({ type: 'deleteAll' });
+        }}
         onClose={closeSidebar}
       />
       <main className="chat">
@@ -143,18 +176,22 @@ export function App() {
             aria-expanded={sidebarOpen}
             onClick={() => setSidebarOpen((open) => !open)}
           >
-            ☰
+            <Menu aria-hidden="true" size={20} />
           </button>
           <h1 className="chat-title">{active?.title ?? 'New conversation'}</h1>
+          {models && models.length > 1 ? <ModelPicker models={models} value={settings.model} onChange={(model) => updateSettings({ model })} /> : null}
           <TransportSwitch value={settings.transport} onChange={(kind) => updateSettings({ transport: kind })} />
           <ConnectionStatus kind={settings.transport} connection={connection} />
           <button type="button" className="button-ghost settings-button" aria-haspopup="dialog" onClick={() => setSettingsOpen(true)}>
-            <span aria-hidden="true">⚙</span>
+            <SettingsIcon aria-hidden="true" size={20} />
             <span className="label">Settings</span>
           </button>
         </header>
         {active && active.messages.length > 0 ? (
-          <MessageList messages={active.messages} actions={actions} followToken={followToken} offline={settings.transport === 'ws' && connection.status === 'reconnecting'} />
+          <MessageList
+            conversation={active}
+            onSystemPrompt={(text) => dispatch({ type: 'systemPrompt', conversationId: active.id, text })}
+            actions={actions} followToken={followToken} offline={settings.transport === 'ws' && connection.status === 'reconnecting'} />
         ) : (
           <div className="empty-state">
             <h2>What shall we talk about?</h2>
@@ -171,6 +208,7 @@ export function App() {
           </div>
         )}
         <div className="composer-area">
+          {state.undo ? <UndoToast key={state.undo.id} label={state.undo.label} onUndo={() => dispatch({ type: 'undo' })} onTimeout={() => state.undo && dispatch({ type: 'undo/dismiss', id: state.undo.id })} /> : null}
           {settings.transport === 'ws' ? <ConnectionBanner connection={connection} onRetry={() => socket?.retryNow()} /> : null}
           <Composer running={runningAnswer !== undefined} onSend={send} onStop={() => runningAnswer && generation.stop(runningAnswer.id)} />
         </div>

@@ -13,6 +13,10 @@ export interface SamplingParams {
   top_p?: number;
   max_tokens?: number;
   seed?: number;
+  top_k?: number;
+  min_p?: number;
+  repetition_penalty?: number;
+  stop?: string[];
 }
 
 export interface GenerationRequest {
@@ -21,7 +25,7 @@ export interface GenerationRequest {
   model?: string;
 }
 
-export type FinishReason = 'stop' | 'length' | 'cancelled';
+export type FinishReason = 'stop' | 'length' | 'cancelled' | 'tool_calls';
 
 export interface Usage {
   prompt_tokens: number;
@@ -56,12 +60,22 @@ export interface EndInfo {
  */
 export interface GenerationHandlers {
   onQueued?(position: number): void;
-  onStart?(info: { model?: string; promptTokens?: number | null }): void;
-  onDelta(text: string): void;
+  /** `stream`: the token a reloaded page resumes this answer with (tokenpipe.v1 only). */
+  onStart?(info: { model?: string; promptTokens?: number | null; stream?: string }): void;
+  onDelta(text: string, meta?: DeltaMeta): void;
   onEnd(info: EndInfo): void;
   onError(error: ApiError): void;
   /** The connection was lost and the answer cannot continue (or resume failed). */
-  onInterrupted(reason: string): void;
+  onInterrupted(reason: string, info?: { unresumable?: boolean }): void;
+}
+
+/** Where a delta sits in its stream (tokenpipe.v1): its seq, and a tool call's channel fields. */
+export interface DeltaMeta {
+  seq?: number;
+  channel?: string;
+  index?: number;
+  callId?: string;
+  name?: string;
 }
 
 export interface GenerationHandle {
@@ -74,4 +88,6 @@ export type TransportKind = 'ws' | 'sse' | 'rest';
 export interface Transport {
   readonly kind: TransportKind;
   generate(request: GenerationRequest, handlers: GenerationHandlers): GenerationHandle;
+  /** Attach to a resumable answer by its stream token (tokenpipe.v1 only). */
+  resume?(stream: string, afterSeq: number, handlers: GenerationHandlers): GenerationHandle;
 }

@@ -12,6 +12,7 @@ function recorder() {
   const ends: EndInfo[] = [];
   const errors: ApiError[] = [];
   const interruptions: string[] = [];
+  const unresumable: boolean[] = [];
   const handlers: GenerationHandlers = {
     onQueued: (position) => events.push(`queued:${position}`),
     onStart: () => events.push('start'),
@@ -27,12 +28,13 @@ function recorder() {
       errors.push(error);
       events.push(`error:${error.code}`);
     },
-    onInterrupted: (reason) => {
+    onInterrupted: (reason, info) => {
       interruptions.push(reason);
+      unresumable.push(info?.unresumable === true);
       events.push('interrupted');
     },
   };
-  return { handlers, events, ends, errors, interruptions, text: () => text };
+  return { handlers, events, ends, errors, interruptions, unresumable, text: () => text };
 }
 
 function setup(apiKey?: string) {
@@ -341,7 +343,51 @@ describe('TokenpipeSocket reconnect', () => {
     openWithHello(current());
     current().receive({ type: 'error', id, code: 'unknown_id', message: 'no such stream' });
     expect(rec.events).toEqual(['start', 'delta:kept', 'interrupted']);
-    expect(rec.interruptions[0]).toMatch(/could not be resumed.*unknown_id/);
+    expect(rec.interruptions[0]).toMatch(/no longer has this answer/);
+    expect(rec.unresumable).toEqual([true]);
+  });
+
+  it('resumes an answer a reloaded page knew by its token and seq, on a fresh client', () => {
+    const { client, current } = setup();
+    const rec = recorder();
+    const seqs: (number | undefined)[] = [];
+    client.resume('tok-9', 4, { ...rec.handlers, onDelta: (text, meta) => { seqs.push(meta?.seq); rec.handlers.onDelta(text, meta); } });
+    openWithHello(current());
+    const sent = current().sent[0];
+    expect(sent).toMatchObject({ type: 'resume', stream: 'tok-9', after_seq: 4 });
+    const id = sent?.id;
+    current().receive({ type: 'delta', id, seq: 4, text: 'old' }); // a replay it already has
+    current().receive({ type: 'delta', id, seq: 6, text: ' six' }); // held until 5 comes
+    current().receive({ type: 'delta', id, seq: 5, text: 'five' });
+    current().receive({ type: 'end', id, finish_reason: 'stop' });
+    expect(rec.text()).toBe('five six');
+    expect(seqs).toEqual([5, 6]);
+    expect(rec.events.at(-1)).toBe('end:stop');
+  });
+
+  it('says plainly when a reloaded page resumes a token the server has forgotten', () => {
+    const { client, current } = setup();
+    client.connect();
+    openWithHello(current());
+    const rec = recorder();
+    client.resume('gone', 2, rec.handlers);
+    const id = current().sent[0]?.id;
+    current().receive({ type: 'error', id, code: 'unknown_id', message: 'no resumable generation for that stream token (expired or unknown)' });
+    expect(rec.events).toEqual(['interrupted']);
+    expect(rec.unresumable).toEqual([true]);
+    expect(rec.interruptions[0]).not.toMatch(/unknown_id/);
+  });
+
+  it('passes tool-call channel fields with the delta', () => {
+    const { client, current } = setup();
+    client.connect();
+    openWithHello(current());
+    const metas: unknown[] = [];
+    const rec = recorder();
+    client.generate(REQUEST, { ...rec.handlers, onDelta: (_t, meta) => metas.push(meta) });
+    const id = current().sent[0]?.id;
+    current().receive({ type: 'delta', id, seq: 0, text: '', channel: 'tool_call', index: 0, call_id: 'call_1', name: 'f' });
+    expect(metas).toEqual([{ seq: 0, channel: 'tool_call', index: 0, callId: 'call_1', name: 'f' }]);
   });
 
   it('marks the answer interrupted when resume is answered with an id-less bad_request', () => {

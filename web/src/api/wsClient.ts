@@ -6,7 +6,7 @@
 import { wsProtocols, WS_PROTOCOL } from './auth';
 import { backoffDelay, DEFAULT_BACKOFF, type BackoffOptions } from './backoff';
 import type { GenerationHandle, GenerationHandlers, GenerationRequest, Transport } from './types';
-import { parseServerFrame, type ClientFrame, type ErrorFrame, type HelloFrame, type ServerFrame } from './wsFrames';
+import { parseServerFrame, type ClientFrame, type DeltaFrame, type ErrorFrame, type HelloFrame, type ServerFrame } from './wsFrames';
 
 /** The part of the browser's WebSocket this client uses, so tests can pass a fake. */
 export interface WebSocketLike {
@@ -53,12 +53,14 @@ interface ActiveGeneration {
   resumeSent: boolean;
   stream?: string;
   lastSeq: number;
-  held: Map<number, string>;
+  held: Map<number, DeltaFrame>;
   cancelRequested: boolean;
   timer?: ReturnType<typeof setTimeout>;
 }
 
 const NOT_CONNECTED = 'could not connect: the server is down, or it refused this page or its API key';
+const UNRESUMABLE =
+  'The server no longer has this answer (it restarted, or the connection was away longer than it keeps answers), so it cannot go on from where it stopped.';
 const FRAME_ONLY_ERRORS = new Set(['duplicate_id', 'unknown_id']);
 let idCounter = 0;
 
@@ -176,6 +178,28 @@ export class TokenpipeSocket implements Transport {
     return { cancel: () => this.cancel(generation.id) };
   }
 
+  /**
+   * Attach to a resumable answer started earlier (by a page since reloaded): every delta
+   * after `afterSeq` comes again, then it goes on live. `request` is what a retry would send.
+   */
+  resume(stream: string, afterSeq: number, handlers: GenerationHandlers): GenerationHandle {
+    const generation: ActiveGeneration = {
+      id: newGenerationId(),
+      request: { messages: [], params: {} },
+      handlers,
+      phase: 'resuming',
+      resumeSent: false,
+      stream,
+      lastSeq: afterSeq,
+      held: new Map(),
+      cancelRequested: false,
+    };
+    this.active.set(generation.id, generation);
+    if (this.state.status === 'open') this.sendResume(generation);
+    else this.connect();
+    return { cancel: () => this.cancel(generation.id) };
+  }
+
   private cancel(id: string): void {
     const generation = this.active.get(id);
     if (!generation || generation.cancelRequested) return;
@@ -268,10 +292,10 @@ export class TokenpipeSocket implements Transport {
         if (generation.phase === 'resuming') clearTimeout(generation.timer);
         generation.phase = 'started';
         if (frame.stream) generation.stream = frame.stream;
-        handlers.onStart?.({ model: frame.model, promptTokens: frame.prompt_tokens });
+        handlers.onStart?.({ model: frame.model, promptTokens: frame.prompt_tokens, ...(frame.stream ? { stream: frame.stream } : {}) });
         return;
       case 'delta':
-        this.acceptDelta(generation, frame.seq, frame.text);
+        this.acceptDelta(generation, frame);
         return;
       case 'end':
         this.finish(generation);
@@ -283,18 +307,25 @@ export class TokenpipeSocket implements Transport {
     }
   }
 
-  private acceptDelta(generation: ActiveGeneration, seq: number, text: string): void {
+  private acceptDelta(generation: ActiveGeneration, frame: DeltaFrame): void {
     if (generation.phase === 'resuming') {
       clearTimeout(generation.timer); // the resume worked
       generation.phase = 'started';
     }
+    const seq = frame.seq;
     if (seq <= generation.lastSeq || generation.held.has(seq)) return; // a replay we already have
-    generation.held.set(seq, text);
+    generation.held.set(seq, frame);
     let next = generation.held.get(generation.lastSeq + 1);
     while (next !== undefined) {
       generation.held.delete(generation.lastSeq + 1);
       generation.lastSeq += 1;
-      generation.handlers.onDelta(next);
+      generation.handlers.onDelta(next.text, {
+        seq: next.seq,
+        ...(next.channel !== undefined ? { channel: next.channel } : {}),
+        ...(next.index !== undefined ? { index: next.index } : {}),
+        ...(next.call_id !== undefined ? { callId: next.call_id } : {}),
+        ...(next.name !== undefined ? { name: next.name } : {}),
+      });
       next = generation.held.get(generation.lastSeq + 1);
     }
   }
@@ -303,7 +334,8 @@ export class TokenpipeSocket implements Transport {
     const error = { code: frame.code, message: frame.message, retryAfterMs: frame.retry_after_ms };
     if (generation.phase === 'resuming') {
       this.finish(generation);
-      generation.handlers.onInterrupted(`The answer could not be resumed (${frame.code}${frame.message ? `: ${frame.message}` : ''}).`);
+      if (frame.code === 'unknown_id') generation.handlers.onInterrupted(UNRESUMABLE, { unresumable: true });
+      else generation.handlers.onInterrupted(`The answer could not be resumed (${frame.code}${frame.message ? `: ${frame.message}` : ''}).`);
       return;
     }
     if (frame.code === 'unknown_id' && generation.cancelRequested) {

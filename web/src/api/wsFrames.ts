@@ -16,7 +16,16 @@ export interface HelloFrame {
 }
 export interface QueuedFrame { type: 'queued'; id: string; position: number }
 export interface StartFrame { type: 'start'; id: string; model?: string; prompt_tokens?: number | null; stream?: string }
-export interface DeltaFrame { type: 'delta'; id: string; seq: number; text: string }
+export interface DeltaFrame {
+  type: 'delta';
+  id: string;
+  seq: number;
+  text: string;
+  channel?: string;
+  index?: number;
+  call_id?: string;
+  name?: string;
+}
 export interface EndFrame {
   type: 'end';
   id: string;

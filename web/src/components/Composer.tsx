@@ -1,3 +1,4 @@
+import { SendHorizontal, Square } from 'lucide-react';
 import { useLayoutEffect, useRef, useState, type KeyboardEvent } from 'react';
 
 /** True while an input method (Japanese, Chinese, …) is composing: Enter then picks a candidate. */
@@ -6,6 +7,11 @@ export function isImeComposing(event: KeyboardEvent<HTMLTextAreaElement>): boole
 }
 
 const MAX_HEIGHT_PX = 220;
+
+/** A touch screen without a mouse: phones and tablets. */
+export function coarsePointer(): boolean {
+  return typeof window.matchMedia === 'function' && window.matchMedia('(pointer: coarse)').matches && !window.matchMedia('(any-pointer: fine)').matches;
+}
 
 export function autosize(area: HTMLTextAreaElement | null): void {
   if (!area) return;
@@ -21,6 +27,7 @@ interface ComposerProps {
 
 export function Composer({ running, onSend, onStop }: ComposerProps) {
   const [text, setText] = useState('');
+  const [touch] = useState(coarsePointer);
   const area = useRef<HTMLTextAreaElement>(null);
   useLayoutEffect(() => autosize(area.current), [text]);
 
@@ -32,7 +39,8 @@ export function Composer({ running, onSend, onStop }: ComposerProps) {
   };
 
   const onKeyDown = (event: KeyboardEvent<HTMLTextAreaElement>) => {
-    if (event.key !== 'Enter' || event.shiftKey || isImeComposing(event)) return;
+    // On a touch keyboard Enter is the only way to a new line: there the button sends.
+    if (event.key !== 'Enter' || event.shiftKey || isImeComposing(event) || coarsePointer()) return;
     event.preventDefault();
     send();
   };
@@ -54,7 +62,8 @@ export function Composer({ running, onSend, onStop }: ComposerProps) {
         ref={area}
         rows={1}
         value={text}
-        placeholder="Ask anything…  (Enter to send, Shift+Enter for a new line)"
+        placeholder={touch ? 'Ask anything…' : 'Ask anything…  (Enter to send, Shift+Enter for a new line)'}
+        enterKeyHint={touch ? 'enter' : 'send'}
         aria-describedby="composer-hint"
         onChange={(event) => setText(event.target.value)}
         onKeyDown={onKeyDown}
@@ -62,15 +71,16 @@ export function Composer({ running, onSend, onStop }: ComposerProps) {
         autoFocus={typeof window.matchMedia === 'function' && window.matchMedia('(pointer: fine)').matches}
       />
       <span id="composer-hint" className="visually-hidden">
-        Enter sends the message, Shift+Enter starts a new line.
+        {touch ? 'Enter starts a new line; the Send button sends.' : 'Enter sends the message, Shift+Enter starts a new line.'}
       </span>
       {running ? (
         <button type="button" className="button-stop" onClick={onStop} aria-label="Stop the answer">
-          <span aria-hidden="true" className="stop-square" /> Stop
+          <Square aria-hidden="true" size={16} fill="currentColor" /> Stop
         </button>
       ) : (
         <button type="submit" className="button-primary" disabled={!text.trim()} aria-label="Send message">
-          Send
+          <SendHorizontal aria-hidden="true" size={18} />
+          <span className="label">Send</span>
         </button>
       )}
     </form>

@@ -1,5 +1,7 @@
 import { useEffect, useLayoutEffect, useRef, useState } from 'react';
-import { isRunning, type Message } from '../state/conversations';
+import { versionsAt } from '../state/branches';
+import { isRunning, type Conversation, type Message } from '../state/conversations';
+import { SystemPromptView } from './SystemPromptView';
 import { MessageView, type MessageActions } from './MessageView';
 
 /** What a screen reader hears about the latest answer: its state changes, not each token. */
@@ -27,7 +29,8 @@ function announcement(message: Message): string {
 const FOLLOW_SLACK_PX = 48;
 
 interface MessageListProps {
-  messages: Message[];
+  conversation: Conversation;
+  onSystemPrompt(text: string): void;
   actions: MessageActions;
   /** Changes when the user sends: scroll to the end even if they had scrolled up. */
   followToken: number;
@@ -35,7 +38,8 @@ interface MessageListProps {
   offline: boolean;
 }
 
-export function MessageList({ messages, actions, followToken, offline }: MessageListProps) {
+export function MessageList({ conversation, onSystemPrompt, actions, followToken, offline }: MessageListProps) {
+  const messages = conversation.messages;
   const scroller = useRef<HTMLDivElement>(null);
   const content = useRef<HTMLDivElement>(null);
   const following = useRef(true);
@@ -77,9 +81,22 @@ export function MessageList({ messages, actions, followToken, offline }: Message
   return (
     <div className="message-scroller" ref={scroller} onScroll={onScroll}>
       <div className="message-list" ref={content} role="log" aria-label="Conversation" aria-live="off">
-        {messages.map((message, index) => (
-          <MessageView key={message.id} message={message} isLast={index === lastIndex} canChange={!anyRunning} offline={offline && isRunning(message)} actions={actions} />
-        ))}
+        {conversation.systemPrompt?.trim() ? <SystemPromptView text={conversation.systemPrompt} canChange={!anyRunning} onChange={onSystemPrompt} /> : null}
+        {messages.map((message, index) => {
+          const versions = versionsAt(conversation, index);
+          return (
+            <MessageView
+              key={message.id}
+              message={message}
+              isLast={index === lastIndex}
+              canChange={!anyRunning}
+              offline={offline && isRunning(message)}
+              version={versions.index + 1}
+              versionCount={versions.count}
+              actions={actions}
+            />
+          );
+        })}
       </div>
       <p className="visually-hidden" aria-live="polite">
         {last ? announcement(last) : ''}

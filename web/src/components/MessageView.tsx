@@ -3,38 +3,84 @@ import { describeError } from '../api/errors';
 import type { Message } from '../state/conversations';
 import { autosize, isImeComposing } from './Composer';
 import { CopyButton } from './CopyButton';
-import { statsParts } from './format';
+import { liveParts, statsParts } from './format';
+import { useFrameClock } from './useFrameClock';
+import { ChevronLeft, ChevronRight, Pencil, RefreshCw, RotateCcw, Trash2 } from 'lucide-react';
 import { Markdown } from './Markdown';
 
 export interface MessageActions {
   onEdit(messageId: string, content: string): void;
-  onRegenerate(): void;
-  onStop(messageId: string): void;
+  /** A new version of this answer; the current one stays a step away. */
+  onRegenerate(messageId: string): void;
+  onVersion(messageId: string, step: -1 | 1): void;
+  onDelete(messageId: string): void;
 }
 
 interface MessageViewProps {
   message: Message;
-  /** The last answer of the conversation: the only one that can be regenerated. */
+  /** The last answer of the conversation. */
   isLast: boolean;
-  /** False while another answer in this conversation is running. */
+  /** False while an answer in this conversation is running. */
   canChange: boolean;
   /** This answer is running but its connection is down. */
   offline: boolean;
+  /** Which version of its turn this message is (1-based) and how many there are. */
+  version: number;
+  versionCount: number;
   actions: MessageActions;
 }
 
-function UserMessage({ message, canChange, actions }: Omit<MessageViewProps, 'isLast' | 'offline'>) {
+/** `‹ 2/3 ›`: the versions of one turn, as llama.cpp's UI shows them. */
+function VersionSwitch({ message, version, versionCount, canChange, actions }: Pick<MessageViewProps, 'message' | 'version' | 'versionCount' | 'canChange' | 'actions'>) {
+  if (versionCount < 2) return null;
+  const what = message.role === 'user' ? 'message' : 'answer';
+  return (
+    <span className="versions" role="group" aria-label={`Version ${version} of ${versionCount}`}>
+      <button type="button" className="button-ghost icon" aria-label={`Previous version of this ${what}`} disabled={!canChange || version <= 1} onClick={() => actions.onVersion(message.id, -1)}>
+        <ChevronLeft aria-hidden="true" size={16} />
+      </button>
+      <span className="version-count">
+        {version}/{versionCount}
+      </span>
+      <button type="button" className="button-ghost icon" aria-label={`Next version of this ${what}`} disabled={!canChange || version >= versionCount} onClick={() => actions.onVersion(message.id, 1)}>
+        <ChevronRight aria-hidden="true" size={16} />
+      </button>
+    </span>
+  );
+}
+
+function DeleteButton({ message, canChange, actions }: Pick<MessageViewProps, 'message' | 'canChange' | 'actions'>) {
+  return (
+    <button
+      type="button"
+      className="button-ghost icon"
+      onClick={() => actions.onDelete(message.id)}
+      disabled={!canChange}
+      aria-label={message.role === 'user' ? 'Delete this message' : 'Delete this answer'}
+    >
+      <Trash2 aria-hidden="true" size={16} />
+    </button>
+  );
+}
+
+function UserMessage({ message, canChange, actions, version, versionCount }: Omit<MessageViewProps, 'isLast' | 'offline'>) {
   const [draft, setDraft] = useState<string | null>(null);
   const area = useRef<HTMLTextAreaElement>(null);
   useLayoutEffect(() => autosize(area.current), [draft]);
 
+  const editButton = useRef<HTMLButtonElement>(null);
+  const cancel = () => {
+    setDraft(null);
+    // Focus goes back where the edit started, not to the top of the page.
+    requestAnimationFrame(() => editButton.current?.focus());
+  };
   const submit = () => {
     if (draft === null || !draft.trim()) return;
     actions.onEdit(message.id, draft);
     setDraft(null);
   };
   const onKeyDown = (event: KeyboardEvent<HTMLTextAreaElement>) => {
-    if (event.key === 'Escape') setDraft(null);
+    if (event.key === 'Escape') cancel();
     if (event.key === 'Enter' && !event.shiftKey && !isImeComposing(event)) {
       event.preventDefault();
       submit();
@@ -49,7 +95,7 @@ function UserMessage({ message, canChange, actions }: Omit<MessageViewProps, 'is
         </label>
         <textarea id={`edit-${message.id}`} ref={area} value={draft} onChange={(e) => setDraft(e.target.value)} onKeyDown={onKeyDown} autoFocus />
         <div className="edit-actions">
-          <button type="button" className="button-ghost" onClick={() => setDraft(null)}>
+          <button type="button" className="button-ghost" onClick={cancel}>
             Cancel
           </button>
           <button type="button" className="button-primary" onClick={submit} disabled={!draft.trim()}>
@@ -63,10 +109,12 @@ function UserMessage({ message, canChange, actions }: Omit<MessageViewProps, 'is
     <article className="message user" aria-label="You">
       <div className="bubble">{message.content}</div>
       <div className="message-actions">
+        <VersionSwitch message={message} version={version} versionCount={versionCount} canChange={canChange} actions={actions} />
         <CopyButton text={message.content} label="Copy your message" />
-        <button type="button" className="button-ghost small" onClick={() => setDraft(message.content)} disabled={!canChange} aria-label="Edit and resend this message">
-          Edit
+        <button ref={editButton} type="button" className="button-ghost icon" onClick={() => setDraft(message.content)} disabled={!canChange} aria-label="Edit and resend this message">
+          <Pencil aria-hidden="true" size={16} />
         </button>
+        <DeleteButton message={message} canChange={canChange} actions={actions} />
       </div>
     </article>
   );
@@ -91,6 +139,7 @@ function AnswerStatus({ message }: { message: Message }) {
       return (
         <p className="badge badge-interrupted" role="status">
           Interrupted{message.note ? `: ${message.note}` : ''}
+          {message.unresumable ? ' Retry from here asks again; this partial answer stays as the previous version.' : ''}
         </p>
       );
     case 'error':
@@ -106,8 +155,10 @@ function AnswerStatus({ message }: { message: Message }) {
   }
 }
 
-function AssistantMessage({ message, isLast, canChange, offline, actions }: MessageViewProps) {
+function AssistantMessage({ message, canChange, offline, actions, version, versionCount }: MessageViewProps) {
   const streaming = message.status === 'streaming' || message.status === 'waiting';
+  const now = useFrameClock(message.status === 'streaming');
+  const figures = streaming ? liveParts(message, now) : message.stats ? statsParts(message.stats, message.model) : null;
   return (
     <article className="message assistant" aria-label="Answer" aria-busy={streaming} data-status={message.status}>
       {message.content ? <Markdown text={message.content} streaming={streaming} /> : null}
@@ -117,25 +168,28 @@ function AssistantMessage({ message, isLast, canChange, offline, actions }: Mess
           <>
             <span className={`streaming-dot${offline ? ' offline' : ''}`} aria-hidden="true" />
             {offline ? <span className="resume-note">Connection lost: the answer resumes when it is back</span> : null}
-            <button type="button" className="button-ghost small" onClick={() => actions.onStop(message.id)}>
-              Stop
-            </button>
           </>
         ) : (
           <>
+            <VersionSwitch message={message} version={version} versionCount={versionCount} canChange={canChange} actions={actions} />
             {message.content ? <CopyButton text={message.content} label="Copy the answer" /> : null}
-            {isLast ? (
-              <button type="button" className="button-ghost small" onClick={actions.onRegenerate} disabled={!canChange} aria-label="Regenerate the answer">
-                Regenerate
+            {message.unresumable ? (
+              <button type="button" className="button-primary small" onClick={() => actions.onRegenerate(message.id)} disabled={!canChange}>
+                <RotateCcw aria-hidden="true" size={16} /> Retry from here
               </button>
-            ) : null}
-            {message.stats ? (
-              <span className="stats" title={`measured by the ${message.stats.measuredBy}`}>
-                {[...(message.model ? [message.model] : []), ...statsParts(message.stats)].join(' · ')}
-              </span>
-            ) : null}
+            ) : (
+              <button type="button" className="button-ghost icon" onClick={() => actions.onRegenerate(message.id)} disabled={!canChange} aria-label="Regenerate the answer">
+                <RefreshCw aria-hidden="true" size={16} />
+              </button>
+            )}
+            <DeleteButton message={message} canChange={canChange} actions={actions} />
           </>
         )}
+        {figures ? (
+          <span className="stats" title={figures.title}>
+            {figures.text}
+          </span>
+        ) : null}
       </div>
     </article>
   );

@@ -1,4 +1,6 @@
+import { X } from 'lucide-react';
 import { useEffect, useRef, useState, type ReactNode } from 'react';
+import { parseStopStrings } from '../state/settings';
 import type { Settings } from '../state/settings';
 
 interface SettingsDialogProps {
@@ -13,7 +15,7 @@ interface SettingsDialogProps {
   onClose(): void;
 }
 
-type NumberKey = 'temperature' | 'topP' | 'maxTokens' | 'seed';
+type NumberKey = 'temperature' | 'topP' | 'maxTokens' | 'seed' | 'topK' | 'minP' | 'repetitionPenalty';
 
 function NumberField(props: {
   id: string;
@@ -30,6 +32,8 @@ function NumberField(props: {
   // Keep the raw text so "0." can be typed; the parsed number is what is stored.
   const [text, setText] = useState(props.value === null ? '' : String(props.value));
   const [invalid, setInvalid] = useState(false);
+  const range =
+    props.min !== undefined && props.max !== undefined ? `from ${props.min} to ${props.max}` : props.min !== undefined ? `at least ${props.min}` : 'a number';
   return (
     <div className="field">
       <label htmlFor={props.id}>{props.label}</label>
@@ -42,7 +46,7 @@ function NumberField(props: {
         step={props.step}
         value={text}
         placeholder={props.placeholder ?? 'server default'}
-        aria-describedby={`${props.id}-hint`}
+        aria-describedby={`${props.id}-hint${invalid ? ` ${props.id}-error` : ''}`}
         aria-invalid={invalid}
         onChange={(event) => {
           const raw = event.target.value;
@@ -63,6 +67,12 @@ function NumberField(props: {
         }}
       />
       <small id={`${props.id}-hint`}>{props.hint}</small>
+      {invalid ? (
+        <small id={`${props.id}-error`} className="field-error" role="alert">
+          Not saved: {props.integer ? 'a whole number ' : ''}
+          {range} is needed; the {props.value === null ? 'server default' : `saved value ${props.value}`} still applies.
+        </small>
+      ) : null}
     </div>
   );
 }
@@ -95,7 +105,7 @@ export function SettingsDialog({ open, settings, maxTokensLimit, defaultMaxToken
         <header>
           <h2 id="settings-title">Settings</h2>
           <button type="submit" className="button-ghost" aria-label="Close settings">
-            ✕
+            <X aria-hidden="true" size={20} />
           </button>
         </header>
         {open ? (
@@ -115,7 +125,7 @@ export function SettingsDialog({ open, settings, maxTokensLimit, defaultMaxToken
                 </div>
               ) : null}
               <div className="field">
-                <label htmlFor="system-prompt">System prompt</label>
+                <label htmlFor="system-prompt">System prompt for new conversations</label>
                 <textarea
                   id="system-prompt"
                   rows={3}
@@ -123,7 +133,7 @@ export function SettingsDialog({ open, settings, maxTokensLimit, defaultMaxToken
                   placeholder="You are a helpful assistant."
                   onChange={(event) => onChange({ systemPrompt: event.target.value })}
                 />
-                <small>Sent first with every request; leave empty for none.</small>
+                <small>Each new conversation starts with it, shown at its top and editable there; leave empty for none.</small>
               </div>
             </Section>
             <Section title="Sampling">
@@ -143,6 +153,29 @@ export function SettingsDialog({ open, settings, maxTokensLimit, defaultMaxToken
                   onChange={number('maxTokens')}
                 />
                 <NumberField id="seed" label="Seed" hint="same seed, same answer" value={settings.seed} min={0} step={1} integer onChange={number('seed')} />
+                <NumberField id="top-k" label="Top k" hint="0 is off" value={settings.topK} min={0} max={1000} step={1} integer onChange={number('topK')} />
+                <NumberField id="min-p" label="Min p" hint="0 to 1; 0 is off" value={settings.minP} min={0} max={1} step={0.01} onChange={number('minP')} />
+                <NumberField
+                  id="repetition-penalty"
+                  label="Repetition penalty"
+                  hint="above 0 to 2; 1 is off"
+                  value={settings.repetitionPenalty}
+                  min={0.01}
+                  max={2}
+                  step={0.05}
+                  onChange={number('repetitionPenalty')}
+                />
+              </div>
+              <div className="field">
+                <label htmlFor="stop-strings">Stop strings</label>
+                <textarea
+                  id="stop-strings"
+                  rows={2}
+                  defaultValue={settings.stop.join('\n')}
+                  placeholder="one per line"
+                  onChange={(event) => onChange({ stop: parseStopStrings(event.target.value) })}
+                />
+                <small>One per line, up to 16: the answer ends before the first one generated.</small>
               </div>
             </Section>
             <Section title="Server">

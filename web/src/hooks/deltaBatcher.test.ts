@@ -37,6 +37,41 @@ describe('DeltaBatcher', () => {
     expect(delivered).toHaveLength(2);
   });
 
+  it('carries the last seq of the text it gathered', () => {
+    const frames = manualFrames();
+    const delivered: [string, number | undefined][] = [];
+    const batcher = new DeltaBatcher((_c, _m, text, seq) => delivered.push([text, seq]), frames);
+    batcher.add('c', 'a', 'x', 3);
+    batcher.add('c', 'a', 'y', 4);
+    batcher.add('c', 'b', 'z');
+    frames.run();
+    expect(delivered).toEqual([
+      ['xy', 4],
+      ['z', undefined],
+    ]);
+  });
+
+  it('skips frames that come sooner than the minimum spacing after the last render', () => {
+    const frames = manualFrames();
+    let clock = 0;
+    const timed = { ...frames, now: () => clock };
+    const delivered: string[] = [];
+    const batcher = new DeltaBatcher((_c, _m, text) => delivered.push(text), timed, 50);
+    batcher.add('c', 'a', 'one');
+    frames.run(); // the first render goes at once
+    batcher.add('c', 'a', 'two');
+    clock = 16;
+    frames.run();
+    clock = 33;
+    batcher.add('c', 'a', 'three');
+    frames.run();
+    expect(delivered).toEqual(['one']);
+    expect(frames.waiting()).toBe(1); // still waiting, not dropped
+    clock = 50;
+    frames.run();
+    expect(delivered).toEqual(['one', 'twothree']);
+  });
+
   it('asks for the next frame only when new text comes', () => {
     const frames = manualFrames();
     const delivered: string[] = [];

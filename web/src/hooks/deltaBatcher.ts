@@ -3,35 +3,51 @@
  * model sends hundreds of deltas a second, and a render for each would burn the CPU the
  * model needs (PERFORMANCE.md, "The browser counts too").
  */
-export type Deliver = (conversationId: string, messageId: string, text: string) => void;
+/** `seq`: the last tokenpipe.v1 seq in `text`, where the transport numbers its deltas. */
+export type Deliver = (conversationId: string, messageId: string, text: string, seq?: number, deltas?: number) => void;
 
 export interface FrameScheduler {
   request(callback: () => void): number;
   cancel(handle: number): void;
+  /** Milliseconds, for the minimum spacing of renders. */
+  now?(): number;
 }
 
 const animationFrames: FrameScheduler = {
   request: (callback) => requestAnimationFrame(callback),
   cancel: (handle) => cancelAnimationFrame(handle),
+  now: () => performance.now(),
 };
 
 export class DeltaBatcher {
-  private pending = new Map<string, { conversationId: string; text: string }>();
+  private pending = new Map<string, { conversationId: string; text: string; seq?: number; deltas: number }>();
   private frame: number | null = null;
+  private lastFlush = -Infinity;
 
+  /** `minIntervalMs`: renders at least this far apart (a frame that comes sooner is skipped). */
   constructor(
     private readonly deliver: Deliver,
     private readonly frames: FrameScheduler = animationFrames,
+    private readonly minIntervalMs = 0,
   ) {}
 
-  add(conversationId: string, messageId: string, text: string): void {
-    const entry = this.pending.get(messageId);
-    if (entry) entry.text += text;
-    else this.pending.set(messageId, { conversationId, text });
+  private schedule(): void {
     this.frame ??= this.frames.request(() => {
       this.frame = null;
-      this.flush();
+      const now = this.frames.now?.() ?? Infinity;
+      if (now - this.lastFlush < this.minIntervalMs) this.schedule();
+      else this.flush();
     });
+  }
+
+  add(conversationId: string, messageId: string, text: string, seq?: number): void {
+    const entry = this.pending.get(messageId);
+    if (entry) {
+      entry.text += text;
+      entry.deltas += 1;
+      if (seq !== undefined) entry.seq = seq;
+    } else this.pending.set(messageId, { conversationId, text, deltas: 1, ...(seq !== undefined ? { seq } : {}) });
+    this.schedule();
   }
 
   /** Deliver everything now: before an answer's end, so its last text comes first. */
@@ -42,8 +58,9 @@ export class DeltaBatcher {
     }
     const batch = this.pending;
     if (batch.size === 0) return;
+    this.lastFlush = this.frames.now?.() ?? 0;
     this.pending = new Map();
-    for (const [messageId, { conversationId, text }] of batch) this.deliver(conversationId, messageId, text);
+    for (const [messageId, { conversationId, text, seq, deltas }] of batch) this.deliver(conversationId, messageId, text, seq, deltas);
   }
 
   dispose(): void {

@@ -16,6 +16,13 @@ describe('statsFrom', () => {
     expect(stats).toEqual({ transport: 'sse', measuredBy: 'browser', ttftMs: 200, totalMs: 1200, tokensPerS: 10, promptTokens: 5, completionTokens: 11 });
   });
 
+  it('gives REST no first-token time: the whole answer comes at once', () => {
+    const stats = statsFrom('rest', { startedAt: 0, firstTokenAt: 700 }, 700, { finishReason: 'stop', usage: { prompt_tokens: 5, completion_tokens: 30 } });
+    expect(stats.ttftMs).toBeUndefined();
+    expect(stats.tokensPerS).toBeUndefined();
+    expect(stats.totalMs).toBe(700);
+  });
+
   it('leaves out what it cannot know', () => {
     const stats = statsFrom('rest', { startedAt: 0 }, 500);
     expect(stats).toEqual({ transport: 'rest', measuredBy: 'browser', ttftMs: undefined, totalMs: 500, tokensPerS: undefined });

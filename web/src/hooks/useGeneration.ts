@@ -1,6 +1,6 @@
 /** Runs answers on a transport and feeds their events to the conversation reducer. */
 import { useCallback, useEffect, useMemo, useRef, type Dispatch } from 'react';
-import type { EndInfo, GenerationHandle, GenerationRequest, Transport } from '../api/types';
+import type { EndInfo, GenerationHandle, GenerationHandlers, GenerationRequest, Transport } from '../api/types';
 import type { AnswerStats, ChatAction } from '../state/conversations';
 import { DeltaBatcher } from './deltaBatcher';
 
@@ -14,10 +14,19 @@ interface Clock {
   firstTokenAt?: number;
 }
 
+/**
+ * Renders of a streaming answer at most this often (20 a second still reads as fluid): a
+ * model at 40-60 tokens/s would otherwise get about one render per token, on the same cores.
+ */
+const RENDER_INTERVAL_MS = 50;
+
 export interface Generation {
   start(conversationId: string, messageId: string, request: GenerationRequest): void;
+  /** Go on with an answer a reloaded page knew by its stream token; false where the transport cannot. */
+  resume(conversationId: string, messageId: string, stream: string, afterSeq: number): boolean;
   stop(messageId: string): void;
   stopConversation(conversationId: string): void;
+  isRunning(messageId: string): boolean;
 }
 
 export function statsFrom(transport: Transport['kind'], clock: Clock, now: number, end?: EndInfo): AnswerStats {
@@ -27,7 +36,8 @@ export function statsFrom(transport: Transport['kind'], clock: Clock, now: numbe
     const t = end.timing;
     return { transport, measuredBy: 'server', ttftMs: t.ttft_ms, totalMs: t.total_ms, tokensPerS: t.tokens_per_s, queueMs: t.queue_ms, ...counts };
   }
-  const ttftMs = clock.firstTokenAt !== undefined ? clock.firstTokenAt - clock.startedAt : undefined;
+  // REST gets the whole answer at once: its "first token" would only be its total.
+  const ttftMs = clock.firstTokenAt !== undefined && transport !== 'rest' ? clock.firstTokenAt - clock.startedAt : undefined;
   const decodeMs = clock.firstTokenAt !== undefined ? now - clock.firstTokenAt : 0;
   // Tokens after the first, over the time they took: the decode rate, not diluted by the prompt.
   const tokensPerS = usage && usage.completion_tokens > 1 && decodeMs > 0 ? ((usage.completion_tokens - 1) * 1000) / decodeMs : undefined;
@@ -37,13 +47,18 @@ export function statsFrom(transport: Transport['kind'], clock: Clock, now: numbe
 export function useGeneration(dispatch: Dispatch<ChatAction>, transport: Transport): Generation {
   const running = useRef(new Map<string, Running>());
   const batcher = useMemo(
-    () => new DeltaBatcher((conversationId, messageId, text) => dispatch({ type: 'answer/append', conversationId, messageId, text })),
+    () =>
+      new DeltaBatcher((conversationId, messageId, text, seq, deltas) =>
+        dispatch({ type: 'answer/append', conversationId, messageId, text, deltas, at: Date.now(), ...(seq !== undefined ? { seq } : {}) }),
+        undefined,
+        RENDER_INTERVAL_MS,
+      ),
     [dispatch],
   );
   useEffect(() => () => batcher.dispose(), [batcher]);
 
-  const start = useCallback(
-    (conversationId: string, messageId: string, request: GenerationRequest) => {
+  const handlersFor = useCallback(
+    (conversationId: string, messageId: string): GenerationHandlers => {
       const ref = { conversationId, messageId };
       const clock: Clock = { startedAt: performance.now() };
       const kind = transport.kind;
@@ -52,23 +67,44 @@ export function useGeneration(dispatch: Dispatch<ChatAction>, transport: Transpo
         batcher.flush(); // the text that arrived before the end goes in before the end
         dispatch(action);
       };
-      const handle = transport.generate(request, {
+      return {
         onQueued: (position) => dispatch({ type: 'answer/queued', ...ref, position }),
-        onStart: (info) => dispatch({ type: 'answer/started', ...ref, model: info.model }),
-        onDelta: (text) => {
+        onStart: (info) => dispatch({ type: 'answer/started', ...ref, model: info.model, ...(info.stream ? { stream: info.stream } : {}) }),
+        onDelta: (text, meta) => {
           clock.firstTokenAt ??= performance.now();
-          batcher.add(conversationId, messageId, text);
+          // Tool-call deltas are not text of the answer (the page sends no tools yet), but their seq counts for a resume.
+          const content = meta?.channel === undefined || meta.channel === 'content' ? text : '';
+          batcher.add(conversationId, messageId, content, meta?.seq);
         },
         onEnd: (end) =>
           settle({ type: 'answer/finished', ...ref, finishReason: end.finishReason, stats: statsFrom(kind, clock, performance.now(), end) }),
         onError: (error) => settle({ type: 'answer/failed', ...ref, error, stats: statsFrom(kind, clock, performance.now()) }),
-        onInterrupted: (reason) => settle({ type: 'answer/interrupted', ...ref, reason, stats: statsFrom(kind, clock, performance.now()) }),
-      });
-      running.current.set(messageId, { conversationId, handle });
+        onInterrupted: (reason, info) =>
+          settle({ type: 'answer/interrupted', ...ref, reason, ...(info?.unresumable ? { unresumable: true } : {}), stats: statsFrom(kind, clock, performance.now()) }),
+      };
     },
     [batcher, dispatch, transport],
   );
 
+  const start = useCallback(
+    (conversationId: string, messageId: string, request: GenerationRequest) => {
+      const handle = transport.generate(request, handlersFor(conversationId, messageId));
+      running.current.set(messageId, { conversationId, handle });
+    },
+    [handlersFor, transport],
+  );
+
+  const resume = useCallback(
+    (conversationId: string, messageId: string, stream: string, afterSeq: number) => {
+      if (!transport.resume || running.current.has(messageId)) return false;
+      const handle = transport.resume(stream, afterSeq, handlersFor(conversationId, messageId));
+      running.current.set(messageId, { conversationId, handle });
+      return true;
+    },
+    [handlersFor, transport],
+  );
+
+  const isRunningNow = useCallback((messageId: string) => running.current.has(messageId), []);
   const stop = useCallback((messageId: string) => running.current.get(messageId)?.handle.cancel(), []);
 
   const stopConversation = useCallback((conversationId: string) => {
@@ -77,5 +113,5 @@ export function useGeneration(dispatch: Dispatch<ChatAction>, transport: Transpo
     }
   }, []);
 
-  return { start, stop, stopConversation };
+  return useMemo(() => ({ start, resume, stop, stopConversation, isRunning: isRunningNow }), [start, resume, stop, stopConversation, isRunningNow]);
 }

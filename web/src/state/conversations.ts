@@ -3,6 +3,7 @@
  * and the life of each answer (waiting → streaming → done / stopped / error / interrupted).
  */
 import type { ApiError, FinishReason, TransportKind, WireMessage } from '../api/types';
+import { addVersion, allMessages, removeMessage, stepVersion, switchVersion } from './branches';
 
 export type AnswerStatus = 'waiting' | 'streaming' | 'done' | 'stopped' | 'error' | 'interrupted';
 
@@ -31,6 +32,13 @@ export interface Message {
   note?: string;
   model?: string;
   stats?: AnswerStats;
+  /** A resumable answer's stream token and the seq of the last delta in `content`. */
+  resume?: { stream: string; seq: number };
+  /** Deltas received so far and when the first came (Date.now), for the live figures. */
+  streamedTokens?: number;
+  firstTokenAt?: number;
+  /** Why this answer cannot be resumed: offer to retry from here. */
+  unresumable?: boolean;
 }
 
 export interface Conversation {
@@ -38,7 +46,24 @@ export interface Conversation {
   title: string;
   createdAt: number;
   updatedAt: number;
+  /** The branch in view, first to last. */
   messages: Message[];
+  /** The messages of the other branches, by id (state/branches.ts). */
+  offPath?: Record<string, Message>;
+  /** The replies to each message ('' for the first turn), oldest first: versions of a turn. */
+  children?: Record<string, string[]>;
+  /** The reply each message showed last. */
+  chosen?: Record<string, string>;
+  /** This conversation's own system prompt, shown at its top. */
+  systemPrompt?: string;
+}
+
+/** What the Undo toast can bring back: the conversations as they were before. */
+export interface UndoEntry {
+  id: number;
+  label: string;
+  conversations: Conversation[];
+  activeId: string | null;
 }
 
 export interface ChatState {
@@ -48,9 +73,10 @@ export interface ChatState {
   /** null: a new conversation that exists once its first message is sent. */
   activeId: string | null;
   loaded: boolean;
+  undo: UndoEntry | null;
 }
 
-export const initialChatState: ChatState = { conversations: {}, order: [], activeId: null, loaded: false };
+export const initialChatState: ChatState = { conversations: {}, order: [], activeId: null, loaded: false, undo: null };
 
 interface AnswerRef {
   conversationId: string;
@@ -62,15 +88,23 @@ export type ChatAction =
   | { type: 'new' }
   | { type: 'select'; id: string }
   | { type: 'delete'; id: string }
-  | { type: 'send'; conversationId: string; user: Message; assistant: Message; now: number }
-  | { type: 'edit'; conversationId: string; messageId: string; content: string; assistant: Message; now: number }
-  | { type: 'regenerate'; conversationId: string; assistant: Message; now: number }
+  | { type: 'deleteAll' }
+  | { type: 'deleteMessage'; conversationId: string; messageId: string }
+  | { type: 'undo' }
+  | { type: 'undo/dismiss'; id: number }
+  | { type: 'version'; conversationId: string; messageId: string; step: -1 | 1 }
+  | { type: 'systemPrompt'; conversationId: string; text: string }
+  | { type: 'send'; conversationId: string; user: Message; assistant: Message; now: number; systemPrompt?: string }
+  /** `user` is the new version of the message `messageId`. */
+  | { type: 'edit'; conversationId: string; messageId: string; user: Message; assistant: Message; now: number }
+  /** A new version of the answer `messageId` (default: the last one). */
+  | { type: 'regenerate'; conversationId: string; messageId?: string; assistant: Message; now: number }
   | ({ type: 'answer/queued'; position: number } & AnswerRef)
-  | ({ type: 'answer/started'; model?: string } & AnswerRef)
-  | ({ type: 'answer/append'; text: string } & AnswerRef)
+  | ({ type: 'answer/started'; model?: string; stream?: string } & AnswerRef)
+  | ({ type: 'answer/append'; text: string; seq?: number; deltas?: number; at?: number } & AnswerRef)
   | ({ type: 'answer/finished'; finishReason: FinishReason; stats?: AnswerStats } & AnswerRef)
   | ({ type: 'answer/failed'; error: ApiError; stats?: AnswerStats } & AnswerRef)
-  | ({ type: 'answer/interrupted'; reason: string; stats?: AnswerStats } & AnswerRef);
+  | ({ type: 'answer/interrupted'; reason: string; unresumable?: boolean; stats?: AnswerStats } & AnswerRef);
 
 const RUNNING: ReadonlySet<AnswerStatus | undefined> = new Set<AnswerStatus | undefined>(['waiting', 'streaming']);
 
@@ -84,9 +118,13 @@ export function titleFrom(text: string): string {
   return line.length > 60 ? `${line.slice(0, 57)}…` : line;
 }
 
-/** The messages the model sees for the answer `beforeId`: everything before it, minus failed answers. */
-export function historyBefore(conversation: Conversation, beforeId: string, systemPrompt: string): WireMessage[] {
+/**
+ * The messages the model sees for the answer `beforeId`: the conversation's system prompt
+ * (else `fallbackSystemPrompt`), then the branch in view before it, minus failed answers.
+ */
+export function historyBefore(conversation: Conversation, beforeId: string, fallbackSystemPrompt = ''): WireMessage[] {
   const history: WireMessage[] = [];
+  const systemPrompt = conversation.systemPrompt ?? fallbackSystemPrompt;
   if (systemPrompt.trim()) history.push({ role: 'system', content: systemPrompt });
   for (const message of conversation.messages) {
     if (message.id === beforeId) break;
@@ -101,21 +139,28 @@ function touch(state: ChatState, conversation: Conversation): ChatState {
     ...state,
     conversations: { ...state.conversations, [conversation.id]: conversation },
     order: [conversation.id, ...state.order.filter((id) => id !== conversation.id)],
+    // The conversation moved on: bringing its old copy back would lose that.
+    undo: state.undo?.conversations.some((c) => c.id === conversation.id) ? null : state.undo,
   };
+}
+
+function replace(state: ChatState, conversation: Conversation): ChatState {
+  return { ...state, conversations: { ...state.conversations, [conversation.id]: conversation } };
 }
 
 function updateAnswer(state: ChatState, ref: AnswerRef, update: (message: Message) => Message): ChatState {
   const conversation = state.conversations[ref.conversationId];
   if (!conversation) return state;
   const index = conversation.messages.findIndex((message) => message.id === ref.messageId);
-  const message = conversation.messages[index];
+  const message = index >= 0 ? conversation.messages[index] : conversation.offPath?.[ref.messageId];
   if (!message) return state;
   const updated = update(message);
   if (updated === message) return state;
+  if (index < 0) return replace(state, { ...conversation, offPath: { ...conversation.offPath, [message.id]: updated } });
   const messages = conversation.messages.slice();
   messages[index] = updated;
   // Only the changed message gets a new identity, so memoised siblings do not re-render.
-  return { ...state, conversations: { ...state.conversations, [conversation.id]: { ...conversation, messages } } };
+  return replace(state, { ...conversation, messages });
 }
 
 /** Events that arrive after an answer settled (a late delta after Stop) change nothing. */
@@ -128,15 +173,43 @@ function settle(message: Message, fields: Partial<Message>): Message {
   return { ...rest, ...fields };
 }
 
+/** Running answers of a conversation settled with `fields`; those `keep` accepts stay. */
+function settleRunning(conversation: Conversation, fields: Partial<Message>, keep: (m: Message) => boolean = () => false): Conversation {
+  if (!allMessages(conversation).some((m) => isRunning(m) && !keep(m))) return conversation;
+  const fix = (m: Message) => (isRunning(m) && !keep(m) ? settle(m, fields) : m);
+  const offPath = conversation.offPath ? Object.fromEntries(Object.entries(conversation.offPath).map(([id, m]) => [id, fix(m)])) : undefined;
+  return { ...conversation, messages: conversation.messages.map(fix), ...(offPath ? { offPath } : {}) };
+}
+
+/** An answer that was running when the page went away goes on if it can be resumed. */
 function hydrated(conversation: Conversation): Conversation {
-  // An answer that was running when the page went away cannot continue.
-  if (!conversation.messages.some(isRunning)) return conversation;
-  return {
-    ...conversation,
-    messages: conversation.messages.map((message) =>
-      isRunning(message) ? settle(message, { status: 'interrupted', note: 'The page was closed while this answer was arriving.' }) : message,
-    ),
-  };
+  return settleRunning(
+    conversation,
+    { status: 'interrupted', note: 'The page was closed while this answer was arriving.' },
+    (m) => m.resume !== undefined && conversation.messages.includes(m),
+  );
+}
+
+function withUndo(state: ChatState, label: string, conversations: Conversation[]): UndoEntry {
+  return { id: (state.undo?.id ?? 0) + 1, label, conversations, activeId: state.activeId };
+}
+
+function editOrRegenerate(state: ChatState, action: Extract<ChatAction, { type: 'edit' | 'regenerate' }>): ChatState {
+  const conversation = state.conversations[action.conversationId];
+  if (!conversation) return state;
+  const path = conversation.messages;
+  if (action.type === 'edit') {
+    const index = path.findIndex((m) => m.id === action.messageId && m.role === 'user');
+    if (index < 0) return state;
+    const next = addVersion(conversation, index, action.user, [action.assistant]);
+    const title = index === 0 ? titleFrom(action.user.content) : conversation.title;
+    return touch(state, { ...next, title, updatedAt: action.now });
+  }
+  let index = action.messageId ? path.findIndex((m) => m.id === action.messageId && m.role === 'assistant') : path.length - 1;
+  if (index < 0) return state;
+  if (path[index]?.role !== 'assistant') index += 1; // the last turn was a question: answer it
+  if (index === 0 || path[index - 1]?.role !== 'user') return state; // nothing was asked
+  return touch(state, { ...addVersion(conversation, index, action.assistant), updatedAt: action.now });
 }
 
 export function chatReducer(state: ChatState, action: ChatAction): ChatState {
@@ -149,72 +222,128 @@ export function chatReducer(state: ChatState, action: ChatAction): ChatState {
         .map((c) => c.id);
       const wanted = state.activeId ?? action.activeId;
       const activeId = wanted && conversations[wanted] ? wanted : null;
-      return { conversations, order, activeId, loaded: true };
+      return { ...state, conversations, order, activeId, loaded: true };
     }
     case 'new':
       return { ...state, activeId: null };
     case 'select':
       return state.conversations[action.id] ? { ...state, activeId: action.id } : state;
     case 'delete': {
-      if (!state.conversations[action.id]) return state;
+      const gone = state.conversations[action.id];
+      if (!gone) return state;
       const { [action.id]: _removed, ...conversations } = state.conversations;
       return {
         ...state,
         conversations,
         order: state.order.filter((id) => id !== action.id),
         activeId: state.activeId === action.id ? null : state.activeId,
+        undo: withUndo(state, `Deleted “${gone.title}”`, [gone]),
       };
+    }
+    case 'deleteAll': {
+      const all = state.order.flatMap((id) => state.conversations[id] ?? []);
+      if (all.length === 0) return state;
+      return { ...state, conversations: {}, order: [], activeId: null, undo: withUndo(state, `Deleted ${all.length} conversations`, all) };
+    }
+    case 'deleteMessage': {
+      const conversation = state.conversations[action.conversationId];
+      const index = conversation?.messages.findIndex((m) => m.id === action.messageId) ?? -1;
+      if (!conversation || index < 0 || conversation.messages.some(isRunning)) return state;
+      const label = conversation.messages[index]?.role === 'user' ? 'Deleted your message' : 'Deleted the answer';
+      return { ...replace(state, removeMessage(conversation, index)), undo: withUndo(state, label, [conversation]) };
+    }
+    case 'undo': {
+      const entry = state.undo;
+      if (!entry) return state;
+      // An answer that was running when its conversation went was stopped then.
+      const back = entry.conversations.map((c) => settleRunning(c, { status: 'stopped' }));
+      const conversations = { ...state.conversations, ...Object.fromEntries(back.map((c) => [c.id, c])) };
+      const order = Object.values(conversations)
+        .sort((a, b) => b.updatedAt - a.updatedAt)
+        .map((c) => c.id);
+      const activeId = entry.activeId && conversations[entry.activeId] ? entry.activeId : state.activeId;
+      return { ...state, conversations, order, activeId, undo: null };
+    }
+    case 'undo/dismiss':
+      return state.undo?.id === action.id ? { ...state, undo: null } : state;
+    case 'version': {
+      const conversation = state.conversations[action.conversationId];
+      const index = conversation?.messages.findIndex((m) => m.id === action.messageId) ?? -1;
+      const target = conversation && index >= 0 ? stepVersion(conversation, index, action.step) : undefined;
+      if (!conversation || target === undefined || conversation.messages.some(isRunning)) return state;
+      const next = switchVersion(conversation, index, target);
+      const title = index === 0 && next.messages[0] ? titleFrom(next.messages[0].content) : next.title;
+      return replace(state, { ...next, title });
+    }
+    case 'systemPrompt': {
+      const conversation = state.conversations[action.conversationId];
+      return conversation ? replace(state, { ...conversation, systemPrompt: action.text }) : state;
     }
     case 'send': {
       const existing = state.conversations[action.conversationId];
-      const conversation: Conversation = existing
-        ? { ...existing, updatedAt: action.now, messages: [...existing.messages, action.user, action.assistant] }
-        : {
-            id: action.conversationId,
-            title: titleFrom(action.user.content),
-            createdAt: action.now,
-            updatedAt: action.now,
-            messages: [action.user, action.assistant],
-          };
-      return { ...touch(state, conversation), activeId: conversation.id };
+      const base: Conversation = existing ?? {
+        id: action.conversationId,
+        title: titleFrom(action.user.content),
+        createdAt: action.now,
+        updatedAt: action.now,
+        messages: [],
+        ...(action.systemPrompt?.trim() ? { systemPrompt: action.systemPrompt } : {}),
+      };
+      const conversation = addVersion(base, base.messages.length, action.user, [action.assistant]);
+      return { ...touch(state, { ...conversation, updatedAt: action.now }), activeId: conversation.id };
     }
-    case 'edit': {
-      const conversation = state.conversations[action.conversationId];
-      const index = conversation?.messages.findIndex((m) => m.id === action.messageId && m.role === 'user') ?? -1;
-      const original = conversation?.messages[index];
-      if (!conversation || !original) return state;
-      const messages = [...conversation.messages.slice(0, index), { ...original, content: action.content }, action.assistant];
-      const title = index === 0 ? titleFrom(action.content) : conversation.title;
-      return touch(state, { ...conversation, title, updatedAt: action.now, messages });
-    }
-    case 'regenerate': {
-      const conversation = state.conversations[action.conversationId];
-      if (!conversation) return state;
-      let end = conversation.messages.length;
-      while (end > 0 && conversation.messages[end - 1]?.role === 'assistant') end -= 1;
-      if (end === 0) return state; // nothing was asked
-      const messages = [...conversation.messages.slice(0, end), action.assistant];
-      return touch(state, { ...conversation, updatedAt: action.now, messages });
-    }
+    case 'edit':
+    case 'regenerate':
+      return editOrRegenerate(state, action);
     case 'answer/queued':
       return updateAnswer(state, action, whileRunning((m) => ({ ...m, status: 'waiting', queuePosition: action.position })));
     case 'answer/started':
       return updateAnswer(
         state,
         action,
-        whileRunning((m) => settle(m, action.model ? { model: action.model } : {})),
+        whileRunning((m) =>
+          settle(m, {
+            ...(action.model ? { model: action.model } : {}),
+            ...(action.stream ? { resume: { stream: action.stream, seq: m.resume?.seq ?? -1 } } : {}),
+          }),
+        ),
       );
     case 'answer/append':
-      return updateAnswer(state, action, whileRunning((m) => ({ ...settle(m, {}), status: 'streaming', content: m.content + action.text })));
+      return updateAnswer(
+        state,
+        action,
+        whileRunning((m) => ({
+          ...settle(m, {}),
+          status: 'streaming',
+          content: m.content + action.text,
+          streamedTokens: (m.streamedTokens ?? 0) + (action.deltas ?? 1),
+          ...((m.firstTokenAt ?? action.at) !== undefined ? { firstTokenAt: m.firstTokenAt ?? action.at } : {}),
+          ...(m.resume && action.seq !== undefined ? { resume: { ...m.resume, seq: action.seq } } : {}),
+        })),
+      );
     case 'answer/finished':
       return updateAnswer(
         state,
         action,
-        whileRunning((m) => settle(m, { status: action.finishReason === 'cancelled' ? 'stopped' : 'done', finishReason: action.finishReason, stats: action.stats })),
+        whileRunning((m) =>
+          dropResume(settle(m, { status: action.finishReason === 'cancelled' ? 'stopped' : 'done', finishReason: action.finishReason, stats: action.stats })),
+        ),
       );
     case 'answer/failed':
-      return updateAnswer(state, action, whileRunning((m) => settle(m, { status: 'error', error: action.error, stats: action.stats })));
+      return updateAnswer(state, action, whileRunning((m) => dropResume(settle(m, { status: 'error', error: action.error, stats: action.stats }))));
     case 'answer/interrupted':
-      return updateAnswer(state, action, whileRunning((m) => settle(m, { status: 'interrupted', note: action.reason, stats: action.stats })));
+      return updateAnswer(
+        state,
+        action,
+        whileRunning((m) =>
+          dropResume(settle(m, { status: 'interrupted', note: action.reason, stats: action.stats, ...(action.unresumable ? { unresumable: true } : {}) })),
+        ),
+      );
   }
+}
+
+/** A settled answer has nothing left to resume. */
+function dropResume(message: Message): Message {
+  const { resume: _gone, ...rest } = message;
+  return rest;
 }

@@ -9,6 +9,11 @@ export interface Settings {
   topP: number | null;
   maxTokens: number | null;
   seed: number | null;
+  topK: number | null;
+  minP: number | null;
+  repetitionPenalty: number | null;
+  /** Empty: none. */
+  stop: string[];
   apiKey: string;
   /** '' : the server's default model. */
   model: string;
@@ -21,6 +26,10 @@ export const DEFAULT_SETTINGS: Settings = {
   topP: null,
   maxTokens: null,
   seed: null,
+  topK: null,
+  minP: null,
+  repetitionPenalty: null,
+  stop: [],
   apiKey: '',
   model: '',
 };
@@ -49,6 +58,10 @@ export function parseSettings(raw: string | null): Settings {
     topP: numberOrNull(v.topP),
     maxTokens: numberOrNull(v.maxTokens),
     seed: numberOrNull(v.seed),
+    topK: numberOrNull(v.topK),
+    minP: numberOrNull(v.minP),
+    repetitionPenalty: numberOrNull(v.repetitionPenalty),
+    stop: Array.isArray(v.stop) ? parseStopStrings(v.stop.filter((x): x is string => typeof x === 'string').join('\n')) : [],
     apiKey: typeof v.apiKey === 'string' ? v.apiKey : '',
     model: typeof v.model === 'string' ? v.model : '',
   };
@@ -76,5 +89,17 @@ export function samplingParams(settings: Settings): SamplingParams {
   if (settings.topP !== null) params.top_p = settings.topP;
   if (settings.maxTokens !== null) params.max_tokens = settings.maxTokens;
   if (settings.seed !== null) params.seed = settings.seed;
+  if (settings.topK !== null) params.top_k = settings.topK;
+  if (settings.minP !== null) params.min_p = settings.minP;
+  if (settings.repetitionPenalty !== null) params.repetition_penalty = settings.repetitionPenalty;
+  if (settings.stop.length) params.stop = settings.stop;
   return params;
+}
+
+/** One stop string a line, as the protocol takes them: 1 to 256 characters, at most 16. */
+export function parseStopStrings(text: string): string[] {
+  return text
+    .split('\n')
+    .filter((line) => line.length > 0 && line.length <= 256)
+    .slice(0, 16);
 }
