@@ -202,7 +202,7 @@ async def test_tool_calls_over_tokenpipe_v1(model_server: ServerProcess) -> None
         "type": "string"}}}]}, "tools"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"x": {"not": {}}}}}}]}, "tools"),
-    ({"messages": [{"role": "tool", "content": "x"}]}, "tool_call_id"),
+    ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].tool_call_id"),
 ])
 def test_bad_tools_are_a_400_naming_the_parameter(model_server: ServerProcess,
                                                   body: dict[str, Any], param: str) -> None:
