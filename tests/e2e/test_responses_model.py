@@ -98,7 +98,7 @@ def test_seeded_background_resumed_equals_an_uninterrupted_run(oai: openai.OpenA
 
 def test_openai_agents_sdk_answers(server: ServerProcess, model: str,
                                    oai: openai.OpenAI) -> None:
-    agents = pytest.importorskip("agents")
+    import agents  # the test extra: a missing one fails, never skips
     agents.set_tracing_disabled(True)  # no trace export: nothing leaves the machine
     client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
     agent = agents.Agent(

@@ -136,7 +136,7 @@ def test_the_fake_engine_refuses_a_format_rather_than_ignore_it(fake_server: Ser
 
 
 def test_langchain_with_structured_output(model_server: ServerProcess) -> None:
-    langchain_openai = pytest.importorskip("langchain_openai")
+    import langchain_openai  # the test extra: a missing one fails, never skips
     llm = langchain_openai.ChatOpenAI(base_url=model_server.url + "/v1", api_key="unused",
                                       model=MODEL, temperature=0, max_tokens=120,
                                       max_retries=0)

@@ -154,7 +154,7 @@ def test_the_sdks_pydantic_function_tool_parses(model_server: ServerProcess) -> 
 
 
 def test_langchain_bind_tools(model_server: ServerProcess) -> None:
-    langchain_openai = pytest.importorskip("langchain_openai")
+    import langchain_openai  # the test extra: a missing one fails, never skips
     llm = langchain_openai.ChatOpenAI(base_url=model_server.url + "/v1", api_key="unused",
                                       model=MODEL, temperature=0, max_tokens=100,
                                       max_retries=0)
