@@ -24,8 +24,11 @@ from pydantic_core import PydanticCustomError
 from ...types import Message, ToolCall
 
 _TEXT_FIELDS = {"type", "text", "cache_control", "citations"}
-_FIELDS = {"tool_use": {"type", "id", "name", "input", "cache_control", "caller"},
-           "tool_result": {"type", "tool_use_id", "content", "is_error", "cache_control"},
+# caller and toolset_name (the SDK's blocks carry them, null) are accepted and ignored
+_FIELDS = {"tool_use": {"type", "id", "name", "input", "cache_control", "caller",
+                        "toolset_name"},
+           "tool_result": {"type", "tool_use_id", "content", "is_error", "cache_control",
+                           "toolset_name"},
            "thinking": {"type", "thinking", "signature"},
            "redacted_thinking": {"type", "data"}}
 ASSISTANT_ONLY = ("tool_use", "thinking", "redacted_thinking")

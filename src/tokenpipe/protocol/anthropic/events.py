@@ -83,6 +83,7 @@ class MessageRender:
         self.model = model
         self._index = -1  # the open block's index (streams)
         self._open: Key | None = None
+        self._call: str | None = None  # the open tool_use block's call id
         self._head = b""
 
     def _message(self, content: list[dict[str, Any]], reason: str | None,
@@ -101,6 +102,7 @@ class MessageRender:
     def _start(self, delta: Delta | None) -> bytes:
         self._index += 1
         self._open = ("text", 0) if delta is None else _key(delta)
+        self._call = None if delta is None else delta.call_id
         self._head = _DELTA_HEAD % self._index
         return sse.event("content_block_start", {"type": "content_block_start",
                                                  "index": self._index,
@@ -117,7 +119,7 @@ class MessageRender:
         """The delta's event, after the stop of the block before and its own block's start
         when it opens one (a new channel, or a new call)."""
         out = b""
-        if self._open != _key(delta) or delta.call_id is not None:
+        if self._open != _key(delta) or delta.call_id not in (None, self._call):
             out = self._stop() + self._start(delta)
         if not delta.text:
             return out

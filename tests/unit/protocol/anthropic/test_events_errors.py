@@ -119,6 +119,9 @@ def test_blocks_follow_the_channels_streamed_and_whole() -> None:
     raw = render.opening(Usage(5, 0), ANSWER[0]) + b"".join(
         render.delta(d) for d in ANSWER) + render.finish(END)
     got = named(raw)
+    calls = MessageRender("m")  # an answer that opens with a call starts its block once
+    opened = named(calls.opening(Usage(5, 0), ANSWER[3]) + calls.delta(ANSWER[3]))
+    assert [n for n, _ in opened] == ["message_start", "content_block_start", "ping"]
     starts = [(d["index"], d["content_block"]) for n, d in got if n == "content_block_start"]
     assert starts == [
         (0, {"type": "thinking", "thinking": "", "signature": ""}),
