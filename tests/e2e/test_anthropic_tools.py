@@ -174,3 +174,15 @@ def test_thinking_is_a_thinking_block_whole_and_streamed(fake_server: ServerProc
     without = c.messages.count_tokens(model="fake", messages=[
         *THINK, {"role": "assistant", "content": "the answer"}, {"role": "user", "content": "q"}])
     assert counted.input_tokens == without.input_tokens
+
+
+@pytest.mark.model
+def test_a_schema_that_cannot_be_enforced_is_a_400(model_server: ServerProcess) -> None:
+    bad: Any = [{"name": "f", "input_schema": {"type": "object", "properties": {
+        "x": {"not": {}}}}}]
+    with pytest.raises(anthropic.BadRequestError) as info:
+        client(model_server).messages.create(model=MODEL, max_tokens=5, messages=ASK,
+                                             tools=bad)
+    error: Any = info.value.body
+    assert error["error"]["type"] == "invalid_request_error"
+    assert error["error"]["message"].startswith("tools: the output format cannot be enforced")

@@ -155,3 +155,15 @@ def test_think_is_ollamas_thinking_field(fake_server: ServerProcess) -> None:
     plain = c.chat(model="fake", messages=THINK)  # without think the tags stay, as written
     assert plain.message.content == "<think>plan this</think>the answer"
     assert not plain.message.thinking
+
+
+@pytest.mark.model
+def test_a_schema_that_cannot_be_enforced_is_a_400(model_server: ServerProcess) -> None:
+    for stream in (False, True):
+        with pytest.raises(ollama.ResponseError) as info:
+            answer = client(model_server).chat(model=MODEL, messages=ASK, stream=stream,
+                                               format={"type": "object", "properties": {
+                                                   "x": {"not": {}}}})
+            if stream:
+                list(answer)
+        assert info.value.status_code == 400 and "cannot be enforced" in info.value.error
