@@ -147,6 +147,9 @@ def parse_block(block: Any, at: str) -> Block:
         return _tool_result(block, at)
     if kind in ("thinking", "redacted_thinking"):
         _known_fields(block, _FIELDS[kind], at)
+        _string(block, "thinking" if kind == "thinking" else "data", at)
+        if kind == "thinking" and "signature" in block:
+            _string(block, "signature", at)
         return Block(kind)  # dropped from the prompt
     raise _error("unsupported_value", "content blocks of type '{kind}' are not supported: "
                  "this server reads text, tool_use, tool_result and thinking", f"{at}.type",

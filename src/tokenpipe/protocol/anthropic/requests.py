@@ -29,6 +29,7 @@ from pydantic import (
     WithJsonSchema,
     model_validator,
 )
+from pydantic.config import JsonDict
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
@@ -57,24 +58,44 @@ _TEXT_BLOCK = {"type": "object", "required": ["type", "text"], "additionalProper
                               "citations": {"type": ["array", "null"], "maxItems": 0}}}
 _SYSTEM_SCHEMA = {"anyOf": [{"type": "string"}, {"type": "array", "items": _TEXT_BLOCK}],
                   "description": "Text, or a list of `text` blocks (joined with newlines)."}
-_BLOCKS = [
-    _TEXT_BLOCK,
-    {"type": "object", "required": ["type", "id", "name", "input"],
-     "additionalProperties": False, "description": "Assistant turns: a call it made.",
-     "properties": {"type": {"const": "tool_use"}, "id": {"type": "string", "minLength": 1},
-                    "name": {"type": "string", "minLength": 1}, "input": {"type": "object"},
-                    "cache_control": _CACHE, "caller": {}}},
-    {"type": "object", "required": ["type", "tool_use_id"], "additionalProperties": False,
-     "description": "User turns: the result of a call of the previous assistant turn.",
-     "properties": {"type": {"const": "tool_result"},
-                    "tool_use_id": {"type": "string", "minLength": 1},
-                    "content": {"anyOf": [{"type": "string"},
-                                          {"type": "array", "items": _TEXT_BLOCK}]},
-                    "is_error": {"type": ["boolean", "null"]}, "cache_control": _CACHE}},
-    {"type": "object", "required": ["type"], "description": "Assistant turns: dropped from "
-     "the prompt.", "properties": {"type": {"enum": ["thinking", "redacted_thinking"]}}},
+_TOOL_USE = {
+    "type": "object", "required": ["type", "id", "name", "input"],
+    "additionalProperties": False, "description": "A call the assistant made.",
+    "properties": {"type": {"const": "tool_use"}, "id": {"type": "string", "minLength": 1},
+                   "name": {"type": "string", "minLength": 1}, "input": {"type": "object"},
+                   "cache_control": _CACHE, "caller": {}, "toolset_name": {}}}
+_TOOL_RESULT = {
+    "type": "object", "required": ["type", "tool_use_id"], "additionalProperties": False,
+    "description": "The result of a call of the previous assistant message.",
+    "properties": {"type": {"const": "tool_result"},
+                   "tool_use_id": {"type": "string", "minLength": 1},
+                   "content": {"anyOf": [{"type": "string"},
+                                         {"type": "array", "items": _TEXT_BLOCK}]},
+                   "is_error": {"type": ["boolean", "null"]}, "cache_control": _CACHE,
+                   "toolset_name": {}}}
+_THINKING = [
+    {"type": "object", "required": ["type", "thinking"], "additionalProperties": False,
+     "description": "Dropped from the prompt.",
+     "properties": {"type": {"const": "thinking"}, "thinking": {"type": "string"},
+                    "signature": {"type": "string"}}},
+    {"type": "object", "required": ["type", "data"], "additionalProperties": False,
+     "description": "Dropped from the prompt.",
+     "properties": {"type": {"const": "redacted_thinking"}, "data": {"type": "string"}}},
 ]
-_CONTENT_SCHEMA = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"anyOf": _BLOCKS}}],
+
+
+def _content(*blocks: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [{"type": "string"}, {"type": "array", "items": {"anyOf": list(blocks)}}]}
+
+
+# What _blocks_of_its_role checks, for /docs and the schema-driven tests
+_ROLE_RULES: JsonDict = {"allOf": [
+    {"if": {"properties": {"role": {"const": "user"}}, "required": ["role"]},
+     "then": {"properties": {"content": _content(_TEXT_BLOCK, _TOOL_RESULT)}}},
+    {"if": {"properties": {"role": {"const": "assistant"}}, "required": ["role"]},
+     "then": {"properties": {"content": _content(_TEXT_BLOCK, _TOOL_USE, *_THINKING)}}},
+]}
+_CONTENT_SCHEMA = {**_content(_TEXT_BLOCK, _TOOL_USE, _TOOL_RESULT, *_THINKING),
                    "description": "Text, or a list of blocks: text, tool_use (assistant), "
                                   "tool_result (user), thinking (assistant, dropped)."}
 Content = Annotated[tuple[Any, ...], BeforeValidator(parse_content),
@@ -104,6 +125,8 @@ class _Body(BaseModel):
 
 
 class InputMessage(_Body):
+    model_config = ConfigDict(json_schema_extra=_ROLE_RULES)
+
     role: Literal["user", "assistant"]
     content: Content
 
@@ -151,6 +174,11 @@ class ToolDefinition(_Body):
 
 
 class ToolChoiceSpec(_Body):
+    model_config = ConfigDict(json_schema_extra={  # what _name_with_tool checks
+        "if": {"properties": {"type": {"const": "tool"}}, "required": ["type"]},
+        "then": {"required": ["name"], "properties": {"name": {"type": "string"}}},
+        "else": {"properties": {"name": {"type": "null"}}}})
+
     type: Literal["auto", "any", "tool", "none"] = Field(
         description="auto: text or calls; any: at least one call; tool: calls of `name`; "
                     "none: text only.")
@@ -175,19 +203,22 @@ class ThinkingConfig(_Body):
     type: Literal["enabled", "disabled", "adaptive"] = Field(
         description="enabled or adaptive: a thinking section the model writes comes as a "
                     "thinking block; disabled: it stays in the text, as written.")
-    budget_tokens: int | None = Field(default=None, ge=1, description="Required with "
-                                      "enabled; accepted, not applied (max_tokens bounds "
-                                      "the whole answer).")
-
-    @model_validator(mode="after")
-    def _budget_when_enabled(self) -> ThinkingConfig:
-        if self.type == "enabled" and self.budget_tokens is None:
-            raise PydanticCustomError("missing", "Field required", {"at": "budget_tokens"})
-        return self
+    budget_tokens: int | None = Field(default=None, ge=1, description="Accepted, not "
+                                      "applied (max_tokens bounds the whole answer); "
+                                      "Anthropic requires it with enabled, this server "
+                                      "does not.")
 
 
 class _Prompt(_Body):
     """What /v1/messages and /v1/messages/count_tokens share: the conversation."""
+
+    model_config = ConfigDict(json_schema_extra={  # a part of what _tools_and_results checks
+        "if": {"properties": {"tool_choice": {"type": "object", "required": ["type"],
+                                              "properties": {"type": {"enum": ["any",
+                                                                               "tool"]}}}},
+               "required": ["tool_choice"]},
+        "then": {"required": ["tools"], "properties": {"tools": {"type": "array",
+                                                                 "minItems": 1}}}})
 
     model: str | None = Field(default=None, description="A model id from /v1/models; "
                               "absent means the server's model (Anthropic requires it).")

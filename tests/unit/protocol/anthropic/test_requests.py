@@ -156,7 +156,7 @@ def test_neutral_and_ignored_fields_pass() -> None:
     ({"tools": [TOOL], "tool_choice": {"type": "tool", "name": "g"}},
      "tool_choice.name: tool_choice names 'g', which is not among the tools"),
     ({"tool_choice": {"type": "sometimes"}}, "tool_choice.type: Input should be"),
-    ({"thinking": {"type": "enabled"}}, "thinking.budget_tokens: Field required"),
+    ({"thinking": {"type": "enabled", "budget_tokens": 0}}, "thinking.budget_tokens: Input"),
     ({"thinking": {"type": "on"}}, "thinking.type: Input should be"),
     ({"output_config": {"format": {"type": "json_schema", "schema": {}}}},
      "output_config: output_config (structured output formats, effort) is not supported"),
