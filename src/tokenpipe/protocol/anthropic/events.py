@@ -31,6 +31,8 @@ _DELTA_HEAD = (b'event: content_block_delta\ndata: {"type":"content_block_delta"
                b'"delta":{"type":"text_delta","text":')
 _DELTA_TAIL = b"}}\n\n"
 Key = tuple[str, int]  # a block: its type, and for tool_use the call's index
+_TEXT: Key = ("text", 0)
+_THINKING: Key = ("thinking", 0)
 
 
 def stop_reason(end: Finished) -> str:
@@ -63,7 +65,7 @@ def tool_input(arguments: str) -> dict[str, Any]:
 def _key(delta: Delta) -> Key:
     if delta.channel == "tool_call":
         return ("tool_use", delta.index)
-    return ("thinking" if delta.channel == "reasoning" else "text", 0)
+    return _THINKING if delta.channel == "reasoning" else _TEXT
 
 
 def _empty_block(delta: Delta | None) -> dict[str, Any]:
@@ -101,7 +103,7 @@ class MessageRender:
 
     def _start(self, delta: Delta | None) -> bytes:
         self._index += 1
-        self._open = ("text", 0) if delta is None else _key(delta)
+        self._open = _TEXT if delta is None else _key(delta)
         self._call = None if delta is None else delta.call_id
         self._head = _DELTA_HEAD % self._index
         return sse.event("content_block_start", {"type": "content_block_start",
@@ -118,6 +120,9 @@ class MessageRender:
     def delta(self, delta: Delta) -> bytes:
         """The delta's event, after the stop of the block before and its own block's start
         when it opens one (a new channel, or a new call)."""
+        if self._open is _TEXT and delta.channel == "content" and delta.text:  # hot path
+            return self._head + json.dumps(delta.text, ensure_ascii=False).encode() + (
+                _DELTA_TAIL)
         out = b""
         if self._open != _key(delta) or delta.call_id not in (None, self._call):
             out = self._stop() + self._start(delta)
