@@ -313,7 +313,7 @@ class Scheduler:
                             session.reasoning_tokens += event.tokens
                         session.add_pieces(pieces, event.tokens)
                     if stop.stopped:
-                        session.finish(FinishReason.STOP)
+                        session.finish(FinishReason.STOP, stop.matched)
                         return
                 elif isinstance(event, EngineFinish):
                     if session.prompt_tokens is None:

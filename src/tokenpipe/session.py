@@ -104,9 +104,9 @@ class GenerationSession:
         self._pending.extend(kept)
         self._notify()
 
-    def finish(self, reason: FinishReason) -> None:
+    def finish(self, reason: FinishReason, stop_sequence: str | None = None) -> None:
         if self.final is None:
-            self.final = Finished(reason, self.usage(), self._timing())
+            self.final = Finished(reason, self.usage(), self._timing(), stop_sequence)
             self._end()
 
     def fail(self, error: TokenpipeError) -> None:

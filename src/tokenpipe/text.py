@@ -72,6 +72,7 @@ class StopMatcher:
         self._stops = tuple(stops)
         self._held = ""
         self.stopped = False
+        self.matched: str | None = None  # the stop string that ended the text, once one did
 
     def feed(self, text: str) -> str:
         """Returns the text that is now safe to send. After a stop, returns "" forever."""
@@ -80,15 +81,17 @@ class StopMatcher:
         if not self._stops:
             return text
         buf = self._held + text
-        best: tuple[int, int] | None = None  # (end, start): completed first, then longest
+        # (end, start, stop): completed first, then longest
+        best: tuple[int, int, str] | None = None
         for stop in self._stops:
             start = buf.find(stop)
             if start >= 0:
-                key = (start + len(stop), start)
-                if best is None or key < best:
+                key = (start + len(stop), start, stop)
+                if best is None or key[:2] < best[:2]:
                     best = key
         if best is not None:
             self.stopped = True
+            self.matched = best[2]
             self._held = ""
             return buf[: best[1]]
         keep = self._longest_partial(buf)

@@ -202,6 +202,7 @@ class Finished:
     reason: FinishReason
     usage: Usage
     timing: Timing
+    stop_sequence: str | None = None  # the stop string that ended the answer, if one did
 
 
 @dataclass(frozen=True, slots=True)

@@ -118,9 +118,11 @@ def test_stop_sequences_end_the_answer_unsent(fake_server: ServerProcess) -> Non
         streamed = "".join(stream.text_stream)
         final = stream.get_final_message()
     assert whole.content[0].text == streamed == "one two "  # type: ignore[union-attr]
-    # the session does not say which stop string matched (docs/protocol.md, Anthropic)
-    assert whole.stop_reason == final.stop_reason == "end_turn"
-    assert whole.stop_sequence is None and final.stop_sequence is None
+    assert whole.stop_reason == final.stop_reason == "stop_sequence"
+    assert whole.stop_sequence == final.stop_sequence == "STOP"  # the one that matched
+    free = c.messages.create(model="fake", max_tokens=50, messages=messages,
+                             stop_sequences=["zzz"])
+    assert free.stop_reason == "end_turn" and free.stop_sequence is None
 
 
 def test_max_tokens_is_stop_reason_max_tokens(fake_server: ServerProcess) -> None:
@@ -156,12 +158,13 @@ def anthropic_error(r: httpx.Response, status: int, kind: str) -> str:
     ({"model": "fake", "max_tokens": 5, "temperature": 3, "messages": USER}, "temperature:"),
     ({"model": "fake", "max_tokens": 5, "messages": [
         {"role": "user", "content": [{"type": "image", "source": {"type": "base64"}}]}]},
-     "messages.0.content.0.type: content blocks of type 'image' are not supported yet"),
+     "messages.0.content.0.type: content blocks of type 'image' are not supported"),
     ({"model": "fake", "max_tokens": 5, "messages": [*USER, {"role": "assistant",
                                                              "content": "Sure:"}]},
      "messages.1: This server does not support assistant message prefill"),
-    ({"model": "fake", "max_tokens": 5, "messages": USER,
-      "tools": [{"name": "f", "input_schema": {"type": "object"}}]}, "tools: tool use"),
+    ({"model": "fake", "max_tokens": 5, "messages": USER,  # the fake engine cannot constrain
+      "tools": [{"name": "f", "input_schema": {"type": "object"}}]},
+     "tools: the fake engine cannot constrain its output to tool calls"),
     ({"model": "fake", "max_tokens": 100000, "messages": USER}, "max_tokens"),
     ({"model": "fake", "max_tokens": 5, "messages": [{"role": "tool", "content": "x"}]},
      "messages.0.role: Input should be 'user' or 'assistant'"),

@@ -189,15 +189,17 @@ TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "ob
     ("generate", {"model": "nope:7b", "prompt": "x"}, 404, "model 'nope:7b' not found"),
     ("chat", {"options": {"temperature": 9}}, 400, "options.temperature"),
     ("chat", {"options": {"bogus": 1}}, 400, "unknown option 'bogus'"),
-    ("chat", {"think": True}, 400, "does not support thinking"),
-    ("chat", {"format": "json"}, 400, "format"),
-    ("chat", {"tools": [TOOL]}, 400, "tools"),
+    # the fake engine cannot generate under a grammar: it refuses rather than ignore them
+    ("chat", {"format": "json"}, 400, "cannot constrain its output to a format"),
+    ("generate", {"format": {"type": "object"}}, 400, "cannot constrain its output"),
+    ("chat", {"tools": [TOOL]}, 400, "cannot constrain its output to tool calls"),
     ("generate", {"suffix": "y"}, 400, "suffix"),
     ("generate", {"template": "{{ .Prompt }}"}, 400, "template"),
     ("generate", {"context": [1, 2]}, 400, "context"),
     ("generate", {"images": [b"\x89PNG"]}, 400, "images"),
     ("generate", {"raw": True, "system": "s"}, 400, "raw mode"),
-    ("chat", {"messages": [{"role": "tool", "content": "4"}]}, 400, "tool messages"),
+    ("chat", {"messages": [{"role": "user", "content": "4", "tool_calls": [
+        {"function": {"name": "f", "arguments": {}}}]}]}, 400, "only assistant messages"),
     ("chat", {"options": {"num_predict": 10**6}}, 400, "num_predict"),
     ("chat", {"messages": [{"role": "user", "content": "x" * 40000}]}, 400, "context"),
 ])

@@ -193,3 +193,17 @@ async def test_a_long_prompt_is_tokenized_off_the_event_loop() -> None:
     assert engine.threads[1] != loop_thread  # a long one: in a worker thread
     with pytest.raises(ContextOverflow):  # errors of the worker's prepare reach the caller
         await Scheduler(FakeEngine(context_tokens=64)).start(req("x" * (INLINE_PROMPT_CHARS * 2)))
+
+
+async def test_the_end_names_the_stop_string_that_ended_the_answer() -> None:
+    s = scheduler()
+    plain, split = (s.submit(GenerationRequest(
+        messages=(Message("user", f"[[echo]]{think}one two STOP three END"),),
+        params=SamplingParams(stop=("END", "STOP")), split_reasoning=bool(think)))
+        for think in ("", "<think>a</think>"))
+    for session in (plain, split):
+        end = [e async for e in session.events()][-1]
+        assert isinstance(end, Finished) and end.reason is FinishReason.STOP
+        assert end.stop_sequence == "STOP"
+    free = [e async for e in s.submit(req("[[echo]]one")).events()][-1]
+    assert isinstance(free, Finished) and free.stop_sequence is None

@@ -100,6 +100,10 @@ def test_stop_matcher_equals_unsplit_reference(case: tuple[str, list[str], list[
     expected, stopped = reference_stop(text, stops)
     assert "".join(out) == expected
     assert matcher.stopped == stopped
+    if stopped:  # it names the stop string that ended the text: the one right after it
+        assert matcher.matched in stops and text.startswith(expected + matcher.matched)
+    else:
+        assert matcher.matched is None
     for stop in stops:  # no piece ever carries any part of the stop that ended it
         if stopped:
             assert stop not in "".join(out)
@@ -110,7 +114,7 @@ def test_stop_matcher_holds_back_a_partial_stop_across_pieces() -> None:
     assert m.feed("hello <e") == "hello "
     assert m.feed("n") == ""
     assert m.feed("d> tail") == ""
-    assert m.stopped
+    assert m.stopped and m.matched == "<end>"
 
 
 def test_stop_matcher_releases_a_false_alarm() -> None:

@@ -75,7 +75,9 @@ class Guides:
             if matcher is not None:
                 self._compiled.move_to_end(grammar)
                 return matcher
-        matcher = llguidance.LLMatcher(self.tokenizer, grammar, log_level=0)
+        # no grammar dump in the error a client reads (the library's default is verbose)
+        matcher = llguidance.LLMatcher(self.tokenizer, grammar, log_level=0,
+                                       limits=llguidance.LLParserLimits(verbose_errors=False))
         if matcher.is_error():
             raise BadRequest(f"the output format cannot be enforced: {matcher.get_error()}",
                              param=param)

@@ -1,18 +1,20 @@
-"""Anthropic Messages request bodies (docs/protocol.md, "Anthropic Messages HTTP"), text
-only for now:
+"""Anthropic Messages request bodies (docs/protocol.md, "Anthropic Messages HTTP"):
 
 - `messages`: `user` / `assistant` turns in the order given, `content` a string or a list
-  of `text` blocks (joined with newlines); any other block type (image, document, tool_use,
-  tool_result, thinking, ...) is a 400 naming the field. A last `assistant` message (a
-  prefill) is refused as Anthropic refuses it on models without prefill: the core renders
-  every message as a closed turn, so it cannot continue one.
+  of blocks (blocks.py: text, tool_use, tool_result, thinking); any other block type
+  (image, document, ...) is a 400 naming the field. A last `assistant` message (a prefill)
+  is refused as Anthropic refuses it on models without prefill: the core renders every
+  message as a closed turn, so it cannot continue one.
 - `system`: a string or `text` blocks. `max_tokens` is required, as Anthropic requires it;
   `model` may be absent (the server's model), as on the OpenAI door.
 - Sampling: `temperature` (absent: 1, as Anthropic), `top_p`, `top_k`, `stop_sequences`.
+- `tools` (custom tools: name, description, input_schema) and `tool_choice` (auto, any,
+  tool, none; disable_parallel_tool_use) map to the core's tools, generated under a
+  grammar; `thinking` enabled or adaptive splits a thinking section off the answer.
 - Accepted and ignored (they do not change the answer): `metadata`, `service_tier`,
   `cache_control` (also on blocks), `speed`, `inference_geo`, `diagnostics`,
   `user_profile_id`, `workspace_id`. Neutral values of what is not supported pass
-  (`tools: []`, `thinking: {"type": "disabled"}`); anything else is refused.
+  (`output_config: {}`, `mcp_servers: []`); anything else is refused.
 """
 
 from __future__ import annotations
@@ -27,77 +29,80 @@ from pydantic import (
     WithJsonSchema,
     model_validator,
 )
+from pydantic.config import JsonDict
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
-from ...types import GenerationRequest, Message, SamplingParams
+from ...constrain.grammars import schema_text
+from ...types import GenerationRequest, Message, SamplingParams, Tool, ToolChoice
+from ..formats import ToolName
+from .blocks import ASSISTANT_ONLY, check_text, parse_content, text_of, turns
 
 MAX_STOP = 16  # as the OpenAI door: the core's stop matcher checks each one per piece
-_BLOCK_FIELDS = {"type", "text", "cache_control", "citations"}
-
-
-def _text(value: str, at: str) -> str:
-    """A lone surrogate (the JSON escape "\\ud800") is not text: it cannot be tokenized."""
-    if not value.isascii():
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            raise PydanticCustomError("invalid_value", "text with a lone UTF-16 surrogate "
-                                      "(\\ud800-\\udfff) is not valid Unicode",
-                                      {"at": at} if at else None) from None
-    return value
-
-
-def _block_text(block: Any, at: str) -> str:
-    """One content block's text; a block of any other type is refused, naming where."""
-    if not isinstance(block, dict) or not isinstance(block.get("type"), str):
-        raise PydanticCustomError("invalid_type", "a content block is an object with a "
-                                  "string `type`", {"at": at})
-    kind = block["type"]
-    if kind != "text":
-        raise PydanticCustomError(
-            "unsupported_value", "content blocks of type '{kind}' are not supported yet: "
-            "this server reads text only", {"at": f"{at}.type", "kind": kind})
-    if not isinstance(block.get("text"), str):
-        raise PydanticCustomError("invalid_type", "Input should be a valid string",
-                                  {"at": f"{at}.text"})
-    extra = sorted(set(block) - _BLOCK_FIELDS)
-    if extra:
-        raise PydanticCustomError("extra_forbidden", "Extra inputs are not permitted",
-                                  {"at": f"{at}.{extra[0]}"})
-    if not isinstance(block.get("cache_control", {}), dict | None):
-        raise PydanticCustomError("invalid_type", "Input should be a valid dictionary",
-                                  {"at": f"{at}.cache_control"})
-    if not isinstance(block.get("citations", []), list | None):
-        raise PydanticCustomError("invalid_type", "Input should be a valid list",
-                                  {"at": f"{at}.citations"})
-    if block.get("citations"):  # null or [] pass: nothing else can be honoured
-        raise PydanticCustomError("unsupported_value", "citations are not supported",
-                                  {"at": f"{at}.citations"})
-    return _text(block["text"], f"{at}.text")
+MAX_TOOLS = 128
 
 
 def _flatten(value: Any) -> Any:
-    """A string, or text blocks joined with newlines (their order kept)."""
+    """System text: a string, or text blocks joined with newlines (their order kept)."""
     if isinstance(value, str):
-        return _text(value, "")
+        return check_text(value, "")
     if isinstance(value, list):
-        return "\n".join(_block_text(block, str(i)) for i, block in enumerate(value))
+        return "\n".join(text_of(block, str(i)) for i, block in enumerate(value))
     return value  # not text: the str field refuses it with pydantic's own words
 
 
+_CACHE = {"type": ["object", "null"], "description": "Accepted and ignored."}
 _TEXT_BLOCK = {"type": "object", "required": ["type", "text"], "additionalProperties": False,
                "properties": {"type": {"const": "text"}, "text": {"type": "string"},
-                              "cache_control": {"type": ["object", "null"],
-                                                "description": "Accepted and ignored."},
+                              "cache_control": _CACHE,
                               "citations": {"type": ["array", "null"], "maxItems": 0}}}
-_CONTENT_SCHEMA = {"anyOf": [{"type": "string"}, {"type": "array", "items": _TEXT_BLOCK}],
-                   "description": "Text, or a list of `text` blocks (joined with newlines); "
-                                  "other block types are refused for now."}
-Content = Annotated[str, BeforeValidator(_flatten), WithJsonSchema(_CONTENT_SCHEMA)]
+_SYSTEM_SCHEMA = {"anyOf": [{"type": "string"}, {"type": "array", "items": _TEXT_BLOCK}],
+                  "description": "Text, or a list of `text` blocks (joined with newlines)."}
+_TOOL_USE = {
+    "type": "object", "required": ["type", "id", "name", "input"],
+    "additionalProperties": False, "description": "A call the assistant made.",
+    "properties": {"type": {"const": "tool_use"}, "id": {"type": "string", "minLength": 1},
+                   "name": {"type": "string", "minLength": 1}, "input": {"type": "object"},
+                   "cache_control": _CACHE, "caller": {}, "toolset_name": {}}}
+_TOOL_RESULT = {
+    "type": "object", "required": ["type", "tool_use_id"], "additionalProperties": False,
+    "description": "The result of a call of the previous assistant message.",
+    "properties": {"type": {"const": "tool_result"},
+                   "tool_use_id": {"type": "string", "minLength": 1},
+                   "content": {"anyOf": [{"type": "string"},
+                                         {"type": "array", "items": _TEXT_BLOCK}]},
+                   "is_error": {"type": ["boolean", "null"]}, "cache_control": _CACHE,
+                   "toolset_name": {}}}
+_THINKING = [
+    {"type": "object", "required": ["type", "thinking"], "additionalProperties": False,
+     "description": "Dropped from the prompt.",
+     "properties": {"type": {"const": "thinking"}, "thinking": {"type": "string"},
+                    "signature": {"type": "string"}}},
+    {"type": "object", "required": ["type", "data"], "additionalProperties": False,
+     "description": "Dropped from the prompt.",
+     "properties": {"type": {"const": "redacted_thinking"}, "data": {"type": "string"}}},
+]
+
+
+def _content(*blocks: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [{"type": "string"}, {"type": "array", "items": {"anyOf": list(blocks)}}]}
+
+
+# What _blocks_of_its_role checks, for /docs and the schema-driven tests
+_ROLE_RULES: JsonDict = {"allOf": [
+    {"if": {"properties": {"role": {"const": "user"}}, "required": ["role"]},
+     "then": {"properties": {"content": _content(_TEXT_BLOCK, _TOOL_RESULT)}}},
+    {"if": {"properties": {"role": {"const": "assistant"}}, "required": ["role"]},
+     "then": {"properties": {"content": _content(_TEXT_BLOCK, _TOOL_USE, *_THINKING)}}},
+]}
+_CONTENT_SCHEMA = {**_content(_TEXT_BLOCK, _TOOL_USE, _TOOL_RESULT, *_THINKING),
+                   "description": "Text, or a list of blocks: text, tool_use (assistant), "
+                                  "tool_result (user), thinking (assistant, dropped)."}
+Content = Annotated[tuple[Any, ...], BeforeValidator(parse_content),
+                    WithJsonSchema(_CONTENT_SCHEMA)]
 # Optional as one nullable field: an error names `system`, not a branch of a union
 OptionalContent = Annotated[str | None, BeforeValidator(_flatten), WithJsonSchema(
-    {**_CONTENT_SCHEMA, "anyOf": [*_CONTENT_SCHEMA["anyOf"], {"type": "null"}]})]
+    {**_SYSTEM_SCHEMA, "anyOf": [*_SYSTEM_SCHEMA["anyOf"], {"type": "null"}]})]
 
 
 def _refuse(neutral: tuple[Any, ...], message: str) -> Any:
@@ -120,26 +125,110 @@ class _Body(BaseModel):
 
 
 class InputMessage(_Body):
+    model_config = ConfigDict(json_schema_extra=_ROLE_RULES)
+
     role: Literal["user", "assistant"]
     content: Content
 
-    def to_message(self) -> Message:
-        return Message(self.role, self.content)
+    @model_validator(mode="after")
+    def _blocks_of_its_role(self) -> InputMessage:
+        for i, block in enumerate(self.content):
+            wrong = (block.type in ASSISTANT_ONLY) != (self.role == "assistant")
+            if wrong and block.type != "text":
+                owner = "assistant" if block.type in ASSISTANT_ONLY else "user"
+                raise PydanticCustomError(
+                    "invalid_value", "{kind} blocks are only in {owner} messages",
+                    {"at": f"content.{i}.type", "kind": block.type, "owner": owner})
+        return self
+
+    def to_messages(self) -> list[Message]:
+        return turns(self.role, self.content)
+
+
+def _custom_type(value: Any) -> Any:
+    if value not in (None, "custom"):
+        raise PydanticCustomError("unsupported_value", "server tools (type '{kind}') are not "
+                                  "supported: only custom tools, with an input_schema",
+                                  {"kind": str(value)})
+    return value
+
+
+class ToolDefinition(_Body):
+    """A custom tool: its input is generated under `input_schema`."""
+
+    # first: a server tool is refused for what it is, before its missing input_schema
+    type: Annotated[Literal["custom"] | None, BeforeValidator(_custom_type)] = None
+    name: ToolName
+    description: str | None = None
+    input_schema: dict[str, Any] = Field(description="A JSON Schema object: each call's "
+                                         "input is generated under it.")
+    strict: bool | None = Field(default=None, description="Accepted; the schema is always "
+                                "enforced, as with strict true.")
+    cache_control: Ignored = Field(default=None, description="Accepted and ignored.")
+    input_examples: Ignored = Field(default=None, description="Accepted and ignored.")
+    eager_input_streaming: bool | None = Field(default=None, description="Accepted; input "
+                                               "always streams as it is generated.")
+
+    def to_tool(self) -> Tool:
+        return Tool(self.name, self.description, schema_text(self.input_schema))
+
+
+class ToolChoiceSpec(_Body):
+    model_config = ConfigDict(json_schema_extra={  # what _name_with_tool checks
+        "if": {"properties": {"type": {"const": "tool"}}, "required": ["type"]},
+        "then": {"required": ["name"], "properties": {"name": {"type": "string"}}},
+        "else": {"properties": {"name": {"type": "null"}}}})
+
+    type: Literal["auto", "any", "tool", "none"] = Field(
+        description="auto: text or calls; any: at least one call; tool: calls of `name`; "
+                    "none: text only.")
+    name: ToolName | None = None
+    disable_parallel_tool_use: bool | None = Field(default=None, description="true: at "
+                                                   "most one call.")
+
+    @model_validator(mode="after")
+    def _name_with_tool(self) -> ToolChoiceSpec:
+        if (self.type == "tool") != (self.name is not None):
+            raise PydanticCustomError("invalid_value", "name is required with type tool, "
+                                      "and only there", {"at": "name"})
+        return self
+
+    def to_choice(self) -> ToolChoice:
+        mode = {"auto": "auto", "any": "required", "tool": "function", "none": "none"}
+        return ToolChoice(mode[self.type], self.name,  # type: ignore[arg-type]
+                          not self.disable_parallel_tool_use)
+
+
+class ThinkingConfig(_Body):
+    type: Literal["enabled", "disabled", "adaptive"] = Field(
+        description="enabled or adaptive: a thinking section the model writes comes as a "
+                    "thinking block; disabled: it stays in the text, as written.")
+    budget_tokens: int | None = Field(default=None, ge=1, description="Accepted, not "
+                                      "applied (max_tokens bounds the whole answer); "
+                                      "Anthropic requires it with enabled, this server "
+                                      "does not.")
 
 
 class _Prompt(_Body):
     """What /v1/messages and /v1/messages/count_tokens share: the conversation."""
 
+    model_config = ConfigDict(json_schema_extra={  # a part of what _tools_and_results checks
+        "if": {"properties": {"tool_choice": {"type": "object", "required": ["type"],
+                                              "properties": {"type": {"enum": ["any",
+                                                                               "tool"]}}}},
+               "required": ["tool_choice"]},
+        "then": {"required": ["tools"], "properties": {"tools": {"type": "array",
+                                                                 "minItems": 1}}}})
+
     model: str | None = Field(default=None, description="A model id from /v1/models; "
                               "absent means the server's model (Anthropic requires it).")
     messages: list[InputMessage] = Field(min_length=1)
     system: OptionalContent = None
-    # #17: map tools / tool_choice to the core's tool request here, once it has one.
-    tools: Annotated[Refused, _refuse(([],), "tool use is not supported yet")] = None
-    tool_choice: Annotated[Refused, _refuse(({"type": "none"},),
-                                            "tool use is not supported yet")] = None
-    thinking: Annotated[Refused, _refuse(({"type": "disabled"},),
-                                         "extended thinking is not supported")] = None
+    tools: list[ToolDefinition] | None = Field(
+        default=None, max_length=MAX_TOOLS, description="Custom tools the model may call: "
+        "each call's input is generated under the tool's input_schema.")
+    tool_choice: ToolChoiceSpec | None = Field(default=None, description="Absent: auto.")
+    thinking: ThinkingConfig | None = None
     # #17: map output_config.format (structured outputs) here, once the core constrains.
     output_config: Annotated[Refused, _refuse(({},), "output_config (structured output "
                                               "formats, effort) is not supported yet")] = None
@@ -159,11 +248,44 @@ class _Prompt(_Body):
                 {"at": f"messages.{len(self.messages) - 1}"})
         return self
 
+    @model_validator(mode="after")
+    def _tools_and_results(self) -> _Prompt:
+        names = [t.name for t in self.tools or ()]
+        if len(set(names)) != len(names):
+            raise PydanticCustomError("invalid_value", "two tools have the same name",
+                                      {"at": "tools"})
+        choice = self.tool_choice
+        if choice is not None and choice.type in ("any", "tool") and not names:
+            raise PydanticCustomError("invalid_value", "tool_choice {kind} needs tools",
+                                      {"at": "tool_choice", "kind": choice.type})
+        if choice is not None and choice.name is not None and choice.name not in names:
+            raise PydanticCustomError("invalid_value", "tool_choice names '{name}', which "
+                                      "is not among the tools",
+                                      {"at": "tool_choice.name", "name": choice.name})
+        called: set[str] = set()  # the calls of the previous assistant turn
+        for n, message in enumerate(self.messages):
+            for i, block in enumerate(message.content):
+                if block.type == "tool_result" and block.id not in called:
+                    raise PydanticCustomError(
+                        "invalid_value", "unexpected tool_use_id '{id}' in a tool_result "
+                        "block: each tool_result answers a tool_use block of the previous "
+                        "message", {"at": f"messages.{n}.content.{i}.tool_use_id",
+                                    "id": block.id})
+            called = {b.id for b in message.content if b.type == "tool_use"}
+        return self
+
     def _messages(self) -> tuple[Message, ...]:
-        turns = tuple(m.to_message() for m in self.messages)
+        turns = tuple(t for m in self.messages for t in m.to_messages())
         if self.system is None:
             return turns
         return (Message("system", self.system), *turns)
+
+    def _request(self, params: SamplingParams) -> GenerationRequest:
+        choice = self.tool_choice.to_choice() if self.tool_choice else ToolChoice()
+        return GenerationRequest(
+            messages=self._messages(), params=params, model=self.model,
+            tools=tuple(t.to_tool() for t in self.tools or ()), tool_choice=choice,
+            split_reasoning=self.thinking is not None and self.thinking.type != "disabled")
 
 
 class MessagesRequest(_Prompt):
@@ -193,11 +315,11 @@ class MessagesRequest(_Prompt):
             top_k=self.top_k or 0,
             stop=tuple(self.stop_sequences or ()),
         )
-        return GenerationRequest(messages=self._messages(), params=params, model=self.model)
+        return self._request(params)
 
 
 class CountTokensRequest(_Prompt):
     """POST /v1/messages/count_tokens: the prompt only, counted as a generation counts it."""
 
     def to_request(self) -> GenerationRequest:
-        return GenerationRequest(messages=self._messages(), model=self.model)
+        return self._request(SamplingParams())

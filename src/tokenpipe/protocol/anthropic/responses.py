@@ -3,16 +3,30 @@ plain dicts by events.py (the same fields)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-StopReason = Literal["end_turn", "max_tokens", "stop_sequence"]
+StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"]
 
 
 class TextBlock(BaseModel):
     type: Literal["text"] = "text"
     text: str
+
+
+class ThinkingBlock(BaseModel):
+    type: Literal["thinking"] = "thinking"
+    thinking: str
+    signature: str = Field(description='Always "": not a signature, nothing signs it.')
+
+
+class ToolUseBlock(BaseModel):
+    type: Literal["tool_use"] = "tool_use"
+    id: str = Field(description="toolu_…")
+    name: str
+    input: dict[str, Any] = Field(description="The call's arguments, valid for the tool's "
+                                  "input_schema (unless max_tokens cut the call).")
 
 
 class Usage(BaseModel):
@@ -29,10 +43,10 @@ class MessageResponse(BaseModel):
     type: Literal["message"] = "message"
     role: Literal["assistant"] = "assistant"
     model: str
-    content: list[TextBlock]
+    content: list[ThinkingBlock | TextBlock | ToolUseBlock]
     stop_reason: StopReason | None
-    stop_sequence: str | None = Field(description="Always null for now: the session does "
-                                      "not tell which stop sequence matched.")
+    stop_sequence: str | None = Field(description="The stop sequence that ended the answer "
+                                      "(stop_reason stop_sequence), else null.")
     usage: Usage
 
 

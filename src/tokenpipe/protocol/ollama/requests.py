@@ -8,9 +8,14 @@
   options that change nothing on their own (`mirostat_tau` without `mirostat`) are
   accepted and ignored; sampling this server does not do (`mirostat`, `typical_p`, `tfs_z`
   other than their neutral values) is refused; an option Ollama does not know is refused.
+- `format` ("json", or a JSON Schema object) and chat `tools` are generated under a
+  grammar; `think` (true, or a level) splits a thinking section off into `thinking`;
+  assistant `tool_calls` and `tool` messages in the history map to the core's calls and
+  results (Ollama's calls have no id: ids are made up from their place, and each tool
+  message answers the previous assistant turn's calls in order, by `tool_name` when given).
 - Fields Ollama has and this server cannot honour (`images`, `suffix`, `template`,
-  `context`, `think`, `tools`, `format`, `logprobs`) are refused with a sentence that says
-  so; their neutral values pass. Any other field is refused as unknown.
+  `context`, `logprobs`) are refused with a sentence that says so; their neutral values
+  pass. Any other field is refused as unknown.
 - Numbers may come as JSON floats where Ollama takes an integer (40.0), as Go reads them.
 """
 
@@ -21,7 +26,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from ...types import GenerationRequest, Message, SamplingParams
+from ...constrain.grammars import schema_text
+from ...types import GenerationRequest, Message, OutputFormat, SamplingParams, ToolCall
+from ..formats import ToolName, ToolSpec
 
 MAX_STOP = 16
 # Ollama's defaults (api.DefaultOptions) for what a request leaves out
@@ -74,6 +81,25 @@ def _duration(value: Any) -> Any:
 
 def _stop_list(value: Any) -> Any:
     return [value] if isinstance(value, str) else value
+
+
+def _format(value: Any) -> Any:
+    """`format`: "json", a JSON Schema object, or nothing ("" or null)."""
+    if value is None or value == "":
+        return None
+    if value == "json":
+        return OutputFormat("json_object")
+    if isinstance(value, dict):
+        return OutputFormat("json_schema", schema_text(value))
+    raise PydanticCustomError("unsupported", 'format must be "json" or a JSON Schema '
+                              "object")
+
+
+def _think(value: Any) -> Any:
+    if value is None or isinstance(value, bool) or value in ("high", "medium", "low"):
+        return value
+    raise PydanticCustomError("unsupported", 'think must be true, false, "high", "medium" '
+                              'or "low"')
 
 
 Refused = Any  # a field that exists only to be refused (or to pass when neutral)
@@ -159,19 +185,15 @@ class _Generation(_Body):
                                   "is ever truncated; a prompt that does not fit is a 400.")
     shift: bool | None = Field(default=None, description="Accepted and ignored: an answer "
                                "that reaches the context's end stops with length.")
-    think: Refused = None
-    # #17: format (JSON, a schema) maps to structured output here once the core has it
-    format: Annotated[Refused, _refuse(("",), "format (JSON or a schema) is not supported "
-                                       "yet: ask for JSON in the prompt")] = None
+    think: Annotated[bool | Literal["high", "medium", "low"] | None,
+                     BeforeValidator(_think)] = Field(
+        default=None, description="true (or a level, not applied): a thinking section "
+        "the model writes comes in `thinking`; absent or false: it stays in the content.")
+    format: Annotated[OutputFormat | None, BeforeValidator(_format)] = Field(
+        default=None, description='"json": any JSON object; a JSON Schema object: JSON '
+        "valid against it. Generated under a grammar.")
     logprobs: Annotated[Refused, _refuse((False,), "logprobs are not supported")] = None
     top_logprobs: Annotated[Refused, _refuse((0,), "logprobs are not supported")] = None
-
-    @model_validator(mode="after")
-    def _no_thinking(self) -> _Generation:
-        if self.think is not None and self.think is not False:
-            raise PydanticCustomError("unsupported", '"{model}" does not support thinking',
-                                      {"model": self.model})
-        return self
 
     @property
     def streamed(self) -> bool:
@@ -180,41 +202,92 @@ class _Generation(_Body):
     def sampling(self) -> SamplingParams:
         return (self.options or Options()).sampling()
 
+    def _request(self, model: str, **what: Any) -> GenerationRequest:
+        return GenerationRequest(params=self.sampling(), model=model, format=self.format,
+                                 split_reasoning=bool(self.think), **what)
 
-def _role(value: Any) -> Any:
-    if value == "tool":
-        # #17: tool results map to the core's tool messages here
-        raise PydanticCustomError("unsupported", "tool messages are not supported yet")
-    return value
+
+class CalledFunction(_Body):
+    name: ToolName
+    arguments: dict[str, Any] = Field(default_factory=dict,
+                                      description="The call's arguments, an object.")
+    index: Whole | None = Field(default=None, description="Accepted and ignored.")
+
+
+class CallMade(_Body):
+    """An assistant turn's call, as Ollama writes it (no id)."""
+
+    function: CalledFunction
+    id: str | None = Field(default=None, description="Accepted; ids are made up from the "
+                           "call's place in the conversation.")
 
 
 class ChatMessage(_Body):
-    role: Annotated[Literal["system", "user", "assistant"], BeforeValidator(_role)]
+    role: Literal["system", "user", "assistant", "tool"]
     content: Text | None = ""
-    thinking: str | None = Field(default=None, description="Accepted and ignored: these "
-                                 "models do not think.")
+    thinking: str | None = Field(default=None, description="Accepted and dropped from the "
+                                 "prompt, as Ollama drops earlier turns' thinking.")
     images: Annotated[Refused, _refuse(([],), _NO_IMAGES)] = None
-    tool_calls: Annotated[Refused, _refuse(([],), "tool calls are not supported yet")] = None
-    tool_name: Annotated[Refused, _refuse(("",), "tool messages are not supported yet")] = None
+    tool_calls: list[CallMade] | None = Field(default=None, description="An assistant "
+                                              "turn's calls.")
+    tool_name: str | None = Field(default=None, description="A tool turn: the function "
+                                  "whose result it is.")
 
-    def to_message(self) -> Message:
-        return Message(self.role, self.content or "")
+    @model_validator(mode="after")
+    def _calls_from_the_assistant(self) -> ChatMessage:
+        if self.tool_calls and self.role != "assistant":
+            raise PydanticCustomError("unsupported", "only assistant messages have "
+                                      "tool_calls")
+        return self
+
+
+def _messages(turns: list[ChatMessage]) -> tuple[Message, ...]:
+    """The history as core messages: a call's id is `call_<turn>_<k>`; a tool message
+    answers the previous assistant turn's next unanswered call (of `tool_name`, if it
+    names one that is left), or, with none left, gets an id of its own place."""
+    out: list[Message] = []
+    open_calls: list[ToolCall] = []  # the last assistant turn's calls not yet answered
+    for n, m in enumerate(turns):
+        text = m.content or ""
+        if m.role == "assistant":
+            open_calls = [ToolCall(f"call_{n}_{k}", c.function.name,
+                                   schema_text(c.function.arguments))
+                          for k, c in enumerate(m.tool_calls or ())]
+            out.append(Message("assistant", text, tuple(open_calls)))
+        elif m.role == "tool":
+            named = [c for c in open_calls if c.name == m.tool_name] or open_calls
+            call_id = f"call_{n}"
+            if named:
+                call_id = named[0].id
+                open_calls.remove(named[0])  # named may be open_calls itself
+            out.append(Message("tool", text, tool_call_id=call_id))
+        else:
+            out.append(Message(m.role, text))
+    return tuple(out)
 
 
 class ChatRequest(_Generation):
     """POST /api/chat. No messages at all is Ollama's "load the model" call."""
 
     messages: list[ChatMessage] | None = None
-    # #17: tools map to the core's tool calling here
-    tools: Annotated[Refused, _refuse(([],), "tools are not supported yet")] = None
+    tools: list[ToolSpec] | None = Field(
+        default=None, max_length=128, description="Functions the model may call (OpenAI's "
+        "function shape): each call is generated under the offered functions' schemas.")
+
+    @model_validator(mode="after")
+    def _tools_named_once(self) -> ChatRequest:
+        names = [t.function.name for t in self.tools or ()]
+        if len(set(names)) != len(names):
+            raise PydanticCustomError("unsupported", "two tools have the same name")
+        return self
 
     @property
     def loads_only(self) -> bool:
         return not self.messages
 
     def to_request(self, model: str) -> GenerationRequest:
-        messages = tuple(m.to_message() for m in self.messages or ())
-        return GenerationRequest(messages=messages, params=self.sampling(), model=model)
+        return self._request(model, messages=_messages(self.messages or []),
+                             tools=tuple(t.to_tool() for t in self.tools or ()))
 
 
 class GenerateRequest(_Generation):
@@ -246,10 +319,10 @@ class GenerateRequest(_Generation):
 
     def to_request(self, model: str) -> GenerationRequest:
         if self.raw:
-            return GenerationRequest(prompt=self.prompt, params=self.sampling(), model=model)
+            return self._request(model, prompt=self.prompt)
         turns = [Message("system", self.system)] if self.system else []
         turns.append(Message("user", self.prompt))
-        return GenerationRequest(messages=tuple(turns), params=self.sampling(), model=model)
+        return self._request(model, messages=tuple(turns))
 
 
 class ShowRequest(_Body):

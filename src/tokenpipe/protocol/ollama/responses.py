@@ -12,9 +12,13 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ...types import Timing, Usage
+from pydantic_core import from_json
+
+from ...types import FinishReason, Timing, Usage
 
 NS_PER_MS = 1_000_000
+# the engines that generate tool calls under a grammar (the others refuse tools)
+CONSTRAINED = ("llamacpp", "transformers")
 # Ollama's `keep_alive: -1` ("forever"): its expiry is now plus the largest Go duration
 FOREVER = timedelta(microseconds=(2**63 - 1) // 1000)
 
@@ -42,6 +46,21 @@ def counts(usage: Usage) -> dict[str, int]:
     return {"prompt_eval_count": usage.prompt_tokens, "eval_count": usage.completion_tokens}
 
 
+def done_reason(reason: FinishReason) -> str:
+    """Ollama's `done_reason`: an answer that ended with tool calls is `stop`, as Ollama's."""
+    return "stop" if reason is FinishReason.TOOL_CALLS else reason.value
+
+
+def call_json(name: str, arguments: str) -> dict[str, Any]:
+    """One call as Ollama sends it, whole: `arguments` an object (a call max_tokens cut is
+    read as far as it goes)."""
+    try:
+        value = from_json(arguments, allow_partial=True)
+    except ValueError:
+        value = {}
+    return {"function": {"name": name, "arguments": value if isinstance(value, dict) else {}}}
+
+
 def line(obj: dict[str, Any]) -> bytes:
     """One NDJSON line: JSON never holds a raw newline."""
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
@@ -66,15 +85,30 @@ class Answer:
         return (self._before + (created_at or timestamp()).encode() + self._after
                 + json.dumps(text, ensure_ascii=False).encode() + self._end)
 
-    def _text(self, text: str) -> dict[str, Any]:
+    def _text(self, text: str, thinking: str = "",
+              calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         if self.chat:
-            return {"message": {"role": "assistant", "content": text}}
-        return {"response": text}
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            if thinking:
+                message["thinking"] = thinking
+            if calls:
+                message["tool_calls"] = calls
+            return {"message": message}
+        return {"response": text, "thinking": thinking} if thinking else {"response": text}
 
-    def done(self, text: str, reason: str, usage: Usage, timing: Timing) -> dict[str, Any]:
-        """The last line of a stream (`text` ""), or the whole answer (`text` all of it)."""
-        return {"model": self.model, "created_at": timestamp(), **self._text(text),
-                "done_reason": reason, "done": True, **durations(timing), **counts(usage)}
+    def part(self, created_at: str, thinking: str = "",
+             calls: list[dict[str, Any]] | None = None) -> bytes:
+        """A line of thinking, or of whole tool calls (chat), with empty content."""
+        return line({"model": self.model, "created_at": created_at,
+                     **self._text("", thinking, calls), "done": False})
+
+    def done(self, text: str, reason: FinishReason, usage: Usage, timing: Timing,
+             thinking: str = "", calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The last line of a stream (`text` ""), or the whole answer (`text` all of it,
+        its thinking and calls)."""
+        return {"model": self.model, "created_at": timestamp(),
+                **self._text(text, thinking, calls), "done_reason": done_reason(reason),
+                "done": True, **durations(timing), **counts(usage)}
 
     def loaded(self) -> dict[str, Any]:
         """The answer to Ollama's "load the model" call (no prompt, no messages)."""
@@ -110,6 +144,6 @@ def shown(name: str, engine: str, context_tokens: int, since: datetime) -> dict[
         "template": "",
         "details": details(engine),
         "model_info": {"tokenpipe.context_length": context_tokens},
-        "capabilities": ["completion"],
+        "capabilities": ["completion", *(["tools"] if engine in CONSTRAINED else [])],
         "modified_at": timestamp(since),
     }

@@ -1,5 +1,6 @@
 """Serving one Anthropic Messages request from its GenerationSession, as an ASGI response:
-one JSON message, or Anthropic's named SSE events (protocol/anthropic/events.py).
+one JSON message, or Anthropic's named SSE events (protocol/anthropic/events.py), its
+blocks (thinking, text, tool_use) following the session's channels.
 
 As the OpenAI door's: the session's events race the client's disconnect (race.py), and a
 generation whose client left is cancelled at once. Headers wait for the first thing worth
@@ -63,11 +64,12 @@ class SessionResponse(DoorResponse):
                     out.append(sse.comment(f"queued position={event.position}"))
                 elif isinstance(event, Delta | Finished) and not opened:
                     opened = True
-                    out.append(shape.opening(self.session.usage()))
+                    out.append(shape.opening(self.session.usage(),
+                                             event if isinstance(event, Delta) else None))
                 if isinstance(event, Delta):
-                    out.append(shape.delta(event.text))
+                    out.append(shape.delta(event))
                 elif isinstance(event, Finished):
-                    out.append(shape.finish(event.reason, event.usage))
+                    out.append(shape.finish(event))
                     ended = True
                 elif isinstance(event, Failed):
                     if not opened and not headers_sent:
@@ -87,12 +89,12 @@ class SessionResponse(DoorResponse):
                 return
 
     async def _whole(self, cursor: Cursor, send: Send) -> None:
-        parts: list[str] = []
+        deltas: list[Delta] = []
         async for event in cursor:
             if isinstance(event, Delta):
-                parts.append(event.text)
+                deltas.append(event)
             elif isinstance(event, Finished):
-                body = self.shape.whole("".join(parts), event.reason, event.usage)
+                body = self.shape.whole(deltas, event)
                 response = Response(json.dumps(body, ensure_ascii=False),
                                     media_type="application/json")
                 await response(self._scope, no_receive, send)

@@ -18,7 +18,7 @@ from starlette.types import Send
 
 from ...errors import TokenpipeError
 from ...protocol.ollama.errors import error_body, status_of
-from ...protocol.ollama.responses import Answer, line, timestamp
+from ...protocol.ollama.responses import Answer, call_json, line, timestamp
 from ...session import Cursor, Delta, Failed, Finished, GenerationSession
 from ..door_response import DoorResponse, no_receive
 
@@ -49,16 +49,31 @@ class NdjsonResponse(DoorResponse):
     async def _stream(self, cursor: Cursor, send: Send) -> None:
         answer = self.answer
         started = False
+        call: list[str] | None = None  # the call being written: [name, arguments so far]
         while True:
             out: list[bytes] = []
             ended = False
             batch = await cursor.next()
             now = timestamp()  # the lines of one batch leave in one write, at one time
             for event in batch:
+                fragment = (isinstance(event, Delta) and event.channel == "tool_call"
+                            and event.call_id is None)
+                if call is not None and not fragment and not isinstance(event, Failed):
+                    # Ollama sends a call whole: it is complete when what follows is not
+                    # more of its arguments
+                    out.append(answer.part(now, calls=[call_json(*call)]))
+                    call = None
                 if isinstance(event, Delta):
-                    out.append(answer.delta(event.text, now))
+                    if event.channel == "content":
+                        out.append(answer.delta(event.text, now))
+                    elif event.channel == "reasoning":
+                        out.append(answer.part(now, thinking=event.text))
+                    elif call is None:
+                        call = [event.name or "", event.text]
+                    else:
+                        call[1] += event.text
                 elif isinstance(event, Finished):
-                    out.append(line(answer.done("", event.reason.value, event.usage,
+                    out.append(line(answer.done("", event.reason, event.usage,
                                                 event.timing)))
                     ended = True
                 elif isinstance(event, Failed):
@@ -79,13 +94,22 @@ class NdjsonResponse(DoorResponse):
                 return
 
     async def _whole(self, cursor: Cursor, send: Send) -> None:
-        parts: list[str] = []
+        deltas: list[Delta] = []
         async for event in cursor:
             if isinstance(event, Delta):
-                parts.append(event.text)
+                deltas.append(event)
             elif isinstance(event, Finished):
-                body = self.answer.done("".join(parts), event.reason.value, event.usage,
-                                        event.timing)
+                calls: list[list[str]] = []
+                for d in deltas:
+                    if d.channel == "tool_call":
+                        if d.call_id is not None:
+                            calls.append([d.name or "", ""])
+                        calls[-1][1] += d.text
+                body = self.answer.done(
+                    "".join(d.text for d in deltas if d.channel == "content"), event.reason,
+                    event.usage, event.timing,
+                    "".join(d.text for d in deltas if d.channel == "reasoning"),
+                    [call_json(*c) for c in calls])
                 await JSONResponse(body, media_type=JSON_TYPE)(self._scope, no_receive, send)
                 return
             elif isinstance(event, Failed):

@@ -26,8 +26,15 @@ from tokenpipe.protocol.anthropic.errors import covers, error_body, status_of
 from tokenpipe.protocol.anthropic.events import MessageRender, usage_json
 from tokenpipe.scheduler import Scheduler
 from tokenpipe.server.anthropic.session_response import SessionResponse, error_response
-from tokenpipe.session import Finished
-from tokenpipe.types import FinishReason, GenerationRequest, Message, SamplingParams, Usage
+from tokenpipe.session import Delta, Finished
+from tokenpipe.types import (
+    FinishReason,
+    GenerationRequest,
+    Message,
+    SamplingParams,
+    Timing,
+    Usage,
+)
 
 
 @pytest.mark.parametrize(("exc", "status", "kind"), [
@@ -77,14 +84,92 @@ def test_usage_follows_anthropics_meaning() -> None:
 
 
 def test_delta_event_is_valid_json_for_any_text() -> None:
-    for text in ("plain", 'quote " and \\ back', "line\nbreak", "日本 🎉", "\u2028"):
-        raw = MessageRender.delta(text).decode()
+    render = MessageRender("m")
+    render.opening(Usage(1, 0), None)  # the text block at index 0
+    for seq, text in enumerate(("plain", 'quote " and \\ back', "line\nbreak", "日本 🎉",
+                                "\u2028")):
+        raw = render.delta(Delta(seq, text)).decode()
         name, data = raw.split("\n", 1)
         assert name == "event: content_block_delta" and raw.endswith("\n\n")
         assert "\n" not in data.strip()
         assert json.loads(data.removeprefix("data: ")) == {
             "type": "content_block_delta", "index": 0,
             "delta": {"type": "text_delta", "text": text}}
+
+
+END = Finished(FinishReason.TOOL_CALLS, Usage(5, 9), Timing(0.0, 1.0, 2.0, None))
+ANSWER = [Delta(0, "plan", "reasoning"), Delta(1, " more", "reasoning"), Delta(2, "Let me."),
+          Delta(3, "", "tool_call", 0, "call_ab12", "get_weather"),
+          Delta(4, '{"city": "Pa', "tool_call", 0), Delta(5, 'ris"}', "tool_call", 0),
+          Delta(6, '{"q"', "tool_call", 1, "call_cd34", "search"),
+          Delta(7, ': "x"}', "tool_call", 1)]
+
+
+def named(raw: bytes) -> list[tuple[str, Any]]:
+    out = []
+    for block in raw.decode().split("\n\n"):
+        lines = block.split("\n")
+        if lines[0].startswith("event: "):
+            out.append((lines[0][7:], json.loads(lines[1].removeprefix("data: "))))
+    return out
+
+
+def test_blocks_follow_the_channels_streamed_and_whole() -> None:
+    render = MessageRender("m")
+    raw = render.opening(Usage(5, 0), ANSWER[0]) + b"".join(
+        render.delta(d) for d in ANSWER) + render.finish(END)
+    got = named(raw)
+    calls = MessageRender("m")  # an answer that opens with a call starts its block once
+    opened = named(calls.opening(Usage(5, 0), ANSWER[3]) + calls.delta(ANSWER[3]))
+    assert [n for n, _ in opened] == ["message_start", "content_block_start", "ping"]
+    starts = [(d["index"], d["content_block"]) for n, d in got if n == "content_block_start"]
+    assert starts == [
+        (0, {"type": "thinking", "thinking": "", "signature": ""}),
+        (1, {"type": "text", "text": ""}),
+        (2, {"type": "tool_use", "id": "toolu_ab12", "name": "get_weather", "input": {}}),
+        (3, {"type": "tool_use", "id": "toolu_cd34", "name": "search", "input": {}})]
+    assert [d["index"] for n, d in got if n == "content_block_stop"] == [0, 1, 2, 3]
+    deltas = [(d["index"], d["delta"]) for n, d in got if n == "content_block_delta"]
+    assert deltas == [
+        (0, {"type": "thinking_delta", "thinking": "plan"}),
+        (0, {"type": "thinking_delta", "thinking": " more"}),
+        (1, {"type": "text_delta", "text": "Let me."}),
+        (2, {"type": "input_json_delta", "partial_json": '{"city": "Pa'}),
+        (2, {"type": "input_json_delta", "partial_json": 'ris"}'}),
+        (3, {"type": "input_json_delta", "partial_json": '{"q"'}),
+        (3, {"type": "input_json_delta", "partial_json": ': "x"}'})]
+    names = [n for n, _ in got]
+    assert names[:3] == ["message_start", "content_block_start", "ping"]
+    assert names[-2:] == ["message_delta", "message_stop"]
+    assert got[-2][1]["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
+    whole = MessageRender("m").whole(ANSWER, END)
+    assert whole["content"] == [
+        {"type": "thinking", "thinking": "plan more", "signature": ""},
+        {"type": "text", "text": "Let me."},
+        {"type": "tool_use", "id": "toolu_ab12", "name": "get_weather",
+         "input": {"city": "Paris"}},
+        {"type": "tool_use", "id": "toolu_cd34", "name": "search", "input": {"q": "x"}}]
+    assert whole["stop_reason"] == "tool_use"
+
+
+def test_stop_sequence_and_a_cut_call_and_an_empty_answer() -> None:
+    stopped = Finished(FinishReason.STOP, Usage(1, 2), END.timing, "STOP")
+    whole = MessageRender("m").whole([Delta(0, "a")], stopped)
+    assert whole["stop_reason"] == "stop_sequence" and whole["stop_sequence"] == "STOP"
+    assert named(MessageRender("m").finish(stopped))[-2][1]["delta"] == {
+        "stop_reason": "stop_sequence", "stop_sequence": "STOP"}
+    cut = Finished(FinishReason.LENGTH, Usage(1, 2), END.timing)
+    whole = MessageRender("m").whole(ANSWER[3:5], cut)  # max_tokens inside the arguments
+    assert whole["content"] == [{"type": "tool_use", "id": "toolu_ab12", "name": "get_weather",
+                                 "input": {}}]  # an unfinished string is not read
+    whole = MessageRender("m").whole([*ANSWER[3:5], Delta(9, '", "n": 2', "tool_call", 0)], cut)
+    assert whole["content"][0]["input"] == {"city": "Pa", "n": 2}  # read as far as it goes
+    assert whole["stop_reason"] == "max_tokens"
+    empty = MessageRender("m")
+    assert MessageRender("m").whole([], cut)["content"] == [{"type": "text", "text": ""}]
+    got = named(empty.opening(Usage(1, 0), None) + empty.finish(cut))
+    assert [n for n, _ in got] == ["message_start", "content_block_start", "ping",
+                                   "content_block_stop", "message_delta", "message_stop"]
 
 
 # ---- SessionResponse through raw ASGI messages -------------------------------------------

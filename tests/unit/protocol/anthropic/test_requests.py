@@ -10,9 +10,19 @@ from pydantic import ValidationError
 
 from tokenpipe.protocol.anthropic.errors import validation_error
 from tokenpipe.protocol.anthropic.requests import CountTokensRequest, MessagesRequest
-from tokenpipe.types import GenerationRequest, Message, SamplingParams
+from tokenpipe.types import (
+    GenerationRequest,
+    Message,
+    SamplingParams,
+    Tool,
+    ToolCall,
+    ToolChoice,
+)
 
 USER: Any = [{"role": "user", "content": "hi"}]
+TOOL: Any = {"name": "f", "input_schema": {"type": "object"}}
+ASKED: Any = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f",
+                                                "input": {}}]}
 
 
 def body(**fields: Any) -> dict[str, Any]:
@@ -84,15 +94,35 @@ def test_neutral_and_ignored_fields_pass() -> None:
      "messages.0.content: Input should be a valid string"),
     ({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
                                                 {"type": "image", "source": {}}]}]},
-     "messages.0.content.1.type: content blocks of type 'image' are not supported yet"),
+     "messages.0.content.1.type: content blocks of type 'image' are not supported"),
     ({"messages": [{"role": "user", "content": [{"type": "tool_result", "content": "x"}]}]},
-     "messages.0.content.0.type: content blocks of type 'tool_result' are not supported"),
+     "messages.0.content.0.tool_use_id: Field required"),
+    ({"messages": [{"role": "user", "content": [{"type": "tool_result",
+                                                 "tool_use_id": "toolu_9"}]}]},
+     "messages.0.content.0.tool_use_id: unexpected tool_use_id 'toolu_9'"),
+    ({"messages": [{"role": "user", "content": "q"}, ASKED,
+                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                                 "content": [{"type": "image"}]}]}]},
+     "messages.2.content.0.content.0.type: content blocks of type 'image' are not"),
+    ({"messages": [{"role": "user", "content": "q"}, ASKED,
+                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                                 "is_error": "yes"}]}]},
+     "messages.2.content.0.is_error: Input should be a valid boolean"),
+    ({"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "t1",
+                                                 "name": "f", "input": {}}]}]},
+     "messages.0.content.0.type: tool_use blocks are only in assistant messages"),
     ({"messages": [{"role": "user", "content": "q"},
-                   {"role": "assistant", "content": [{"type": "thinking", "thinking": "."}]},
+                   {"role": "assistant", "content": [{"type": "tool_use", "id": "t1",
+                                                      "name": "f", "input": "{}"}]},
                    {"role": "user", "content": "q"}]},
-     "messages.1.content.0.type: content blocks of type 'thinking' are not supported"),
+     "messages.1.content.0.input: Input should be a valid dictionary"),
+    ({"messages": [{"role": "user", "content": "q"},
+                   {"role": "assistant", "content": [{"type": "thinking", "thinking": ".",
+                                                      "signature": "", "x": 1}]},
+                   {"role": "user", "content": "q"}]},
+     "messages.1.content.0.x: Extra inputs are not permitted"),
     ({"messages": [{"role": "user", "content": [{"type": "text"}]}]},
-     "messages.0.content.0.text: Input should be a valid string"),
+     "messages.0.content.0.text: Field required"),
     ({"messages": [{"role": "user", "content": [{"type": "text", "text": "a", "x": 1}]}]},
      "messages.0.content.0.x: Extra inputs are not permitted"),
     ({"messages": [{"role": "user", "content": [{"type": "text", "text": "a",
@@ -111,14 +141,23 @@ def test_neutral_and_ignored_fields_pass() -> None:
     ({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "A:"}]},
      "messages.1: This server does not support assistant message prefill"),
     ({"system": [{"type": "document", "source": {}}]},
-     "system.0.type: content blocks of type 'document' are not supported yet"),
+     "system.0.type: content blocks of type 'document' are not supported"),
     ({"system": 5}, "system: Input should be a valid string"),
     ({"stop_sequences": ["ok", ""]}, "stop_sequences.1: String should have at least 1"),
     ({"stop_sequences": ["s"] * 17}, "stop_sequences: List should have at most 16 items"),
-    ({"tools": [{"name": "f", "input_schema": {}}]}, "tools: tool use is not supported yet"),
-    ({"tool_choice": {"type": "auto"}}, "tool_choice: tool use is not supported yet"),
-    ({"thinking": {"type": "enabled", "budget_tokens": 2048}},
-     "thinking: extended thinking is not supported"),
+    ({"tools": [{"name": "bad name", "input_schema": {}}]}, "tools.0.name: String should"),
+    ({"tools": [{"name": "f"}]}, "tools.0.input_schema: Field required"),
+    ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]},
+     "tools.0.type: server tools (type 'web_search_20250305') are not supported"),
+    ({"tools": [TOOL, TOOL]}, "tools: two tools have the same name"),
+    ({"tool_choice": {"type": "any"}}, "tool_choice: tool_choice any needs tools"),
+    ({"tools": [TOOL], "tool_choice": {"type": "tool"}},
+     "tool_choice.name: name is required with type tool"),
+    ({"tools": [TOOL], "tool_choice": {"type": "tool", "name": "g"}},
+     "tool_choice.name: tool_choice names 'g', which is not among the tools"),
+    ({"tool_choice": {"type": "sometimes"}}, "tool_choice.type: Input should be"),
+    ({"thinking": {"type": "enabled", "budget_tokens": 0}}, "thinking.budget_tokens: Input"),
+    ({"thinking": {"type": "on"}}, "thinking.type: Input should be"),
     ({"output_config": {"format": {"type": "json_schema", "schema": {}}}},
      "output_config: output_config (structured output formats, effort) is not supported"),
     ({"container": "c1"}, "container: containers (code execution) are not supported"),
@@ -141,5 +180,53 @@ def test_count_tokens_takes_the_prompt_only() -> None:
         messages=(Message("system", "s"), Message("user", "hi")), model="m")
     assert refusal({"model": "m", "messages": USER, "max_tokens": 5}, CountTokensRequest) == (
         "max_tokens: Extra inputs are not permitted")
-    assert refusal({"model": "m", "messages": USER, "tools": [{"name": "f"}]},
-                   CountTokensRequest) == "tools: tool use is not supported yet"
+    req = CountTokensRequest.model_validate({"model": "m", "messages": USER, "tools": [TOOL]})
+    assert req.to_request().tools == (Tool("f", None, '{"type":"object"}'),)  # counted too
+
+
+def test_tools_choices_and_thinking_map() -> None:
+    weather = {"type": "object", "properties": {"city": {"type": "string"}}}
+    req = MessagesRequest.model_validate(body(
+        tools=[{"name": "get_weather", "description": "Weather now", "input_schema": weather,
+                "cache_control": {"type": "ephemeral"}, "type": "custom", "strict": True},
+               TOOL],
+        tool_choice={"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True},
+        thinking={"type": "enabled", "budget_tokens": 2048})).to_request()
+    assert req.tools == (Tool("get_weather", "Weather now",
+                              '{"type":"object","properties":{"city":{"type":"string"}}}'),
+                         Tool("f", None, '{"type":"object"}'))
+    assert req.tool_choice == ToolChoice("function", "get_weather", parallel=False)
+    assert req.split_reasoning
+    for kind, mode in (("auto", "auto"), ("any", "required"), ("none", "none")):
+        got = MessagesRequest.model_validate(body(tools=[TOOL], tool_choice={"type": kind}))
+        assert got.to_request().tool_choice == ToolChoice(mode)  # type: ignore[arg-type]
+    assert MessagesRequest.model_validate(body(tools=[TOOL])).to_request().tool_choice == (
+        ToolChoice())
+    for thinking, split in (({"type": "disabled"}, False), ({"type": "adaptive"}, True),
+                            (None, False)):
+        got = MessagesRequest.model_validate(body(thinking=thinking)).to_request()
+        assert got.split_reasoning is split
+
+
+def test_tool_use_and_results_become_calls_and_tool_turns_in_order() -> None:
+    req = MessagesRequest.model_validate(body(tools=[TOOL], messages=[
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "plan", "signature": ""},
+            {"type": "redacted_thinking", "data": "x"},
+            {"type": "text", "text": "Let me look."},
+            {"type": "tool_use", "id": "toolu_a", "name": "f", "input": {"city": "Oslo"}},
+            {"type": "tool_use", "id": "toolu_b", "name": "f", "input": {}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_a", "content": "5 C"},
+            {"type": "tool_result", "tool_use_id": "toolu_b", "is_error": True,
+             "content": [{"type": "text", "text": "no city"}, {"type": "text", "text": "!"}]},
+            {"type": "text", "text": "and tomorrow?"}]},
+    ])).to_request()
+    assert req.messages == (
+        Message("user", "weather?"),
+        Message("assistant", "Let me look.", (ToolCall("toolu_a", "f", '{"city": "Oslo"}'),
+                                              ToolCall("toolu_b", "f", "{}"))),
+        Message("tool", "5 C", tool_call_id="toolu_a"),
+        Message("tool", "Error: no city\n!", tool_call_id="toolu_b"),
+        Message("user", "and tomorrow?"))

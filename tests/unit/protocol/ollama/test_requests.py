@@ -23,9 +23,10 @@ from tokenpipe.protocol.ollama.requests import (
     Options,
     ShowRequest,
 )
-from tokenpipe.types import Message, SamplingParams
+from tokenpipe.types import Message, OutputFormat, SamplingParams, Tool, ToolCall
 
 USER = [{"role": "user", "content": "hi"}]
+TOOL: Any = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
 
 
 def chat(**fields: Any) -> ChatRequest:
@@ -107,6 +108,39 @@ def test_load_calls_stream_default_and_neutral_values() -> None:
         "assistant", "")
 
 
+def test_format_tools_think_and_the_tool_history_map() -> None:
+    assert chat(format="json").to_request("S").format == OutputFormat("json_object")
+    schema = {"type": "object", "properties": {"b": {}, "a": {"type": "integer"}}}
+    assert chat(format=schema).to_request("S").format == OutputFormat(
+        "json_schema", '{"type":"object","properties":{"b":{},"a":{"type":"integer"}}}')
+    gen = GenerateRequest.model_validate({"model": "m", "prompt": "x", "format": "json",
+                                          "think": True, "raw": True}).to_request("S")
+    assert gen.format == OutputFormat("json_object") and gen.split_reasoning
+    for think, split in ((True, True), ("high", True), (False, False), (None, False)):
+        assert chat(think=think).to_request("S").split_reasoning is split
+    req = chat(tools=[TOOL, {"type": "function", "function": {
+        "name": "g", "description": "G", "parameters": {"type": "object", "required": ["x"],
+                                                        "properties": {"x": {"type": "string"}}}}}],
+        messages=[*USER,
+                  {"role": "assistant", "content": "", "thinking": "hmm", "tool_calls": [
+                      {"function": {"name": "g", "arguments": {"x": "1"}}},
+                      {"function": {"name": "f", "arguments": {}}}]},
+                  {"role": "tool", "content": "F", "tool_name": "f"},
+                  {"role": "tool", "content": "G"},
+                  {"role": "tool", "content": "extra"},
+                  {"role": "user", "content": "so?"}]).to_request("S")
+    assert req.tools == (Tool("f", None, '{"type":"object"}'), Tool(
+        "g", "G", '{"type":"object","required":["x"],"properties":{"x":{"type":"string"}}}'))
+    assert req.messages == (  # results pair by tool_name, then in order; ids from places
+        Message("user", "hi"),
+        Message("assistant", "", (ToolCall("call_1_0", "g", '{"x":"1"}'),
+                                  ToolCall("call_1_1", "f", "{}"))),
+        Message("tool", "F", tool_call_id="call_1_1"),
+        Message("tool", "G", tool_call_id="call_1_0"),
+        Message("tool", "extra", tool_call_id="call_4"),
+        Message("user", "so?"))
+
+
 def test_show_takes_model_or_name() -> None:
     assert ShowRequest.model_validate({"model": "a"}).requested == "a"
     assert ShowRequest.model_validate({"name": "b"}).requested == "b"
@@ -135,19 +169,22 @@ def test_show_takes_model_or_name() -> None:
     ({"model": "m", "messages": USER, "options": {"typical_p": 0.5}}, "typical_p is not"),
     ({"model": "m", "messages": [{"role": "bot", "content": "x"}]},
      "invalid value for 'messages[0].role'"),
-    ({"model": "m", "messages": [{"role": "tool", "content": "x"}]},
-     "tool messages are not supported yet"),
+    ({"model": "m", "messages": [{"role": "user", "content": "x", "tool_calls": [
+        {"function": {"name": "f", "arguments": {}}}]}]}, "only assistant messages have"),
+    ({"model": "m", "messages": [{"role": "assistant", "content": "", "tool_calls": [
+        {"function": {"name": "f", "arguments": "{}"}}]}, *USER]},
+     "'messages[0].tool_calls[0].function.arguments'"),
     ({"model": "m", "messages": [{"role": "user", "content": "x", "images": ["aGk="]}]},
      "images are not supported"),
     ({"model": "m", "messages": [{"role": "user", "content": "\ud800"}]}, "lone UTF-16"),
     ({"model": "m", "messages": [{"role": "user"}, 3]}, "'messages[1]'"),
     ({"model": "m", "messages": USER, "tools": [{"type": "function"}]},
-     "tools are not supported yet"),
-    ({"model": "m", "messages": USER, "format": "json"}, "format (JSON or a schema) is not "
-                                                        "supported yet"),
-    ({"model": "m", "messages": USER, "format": {"type": "object"}}, "format"),
-    ({"model": "m", "messages": USER, "think": True}, '"m" does not support thinking'),
-    ({"model": "m", "messages": USER, "think": "high"}, '"m" does not support thinking'),
+     "tools[0].function is required"),
+    ({"model": "m", "messages": USER, "tools": [TOOL, TOOL]}, "two tools have the same name"),
+    ({"model": "m", "messages": USER, "format": "yaml"}, 'format must be "json" or a JSON '
+                                                        "Schema object"),
+    ({"model": "m", "messages": USER, "format": ["json"]}, 'format must be "json"'),
+    ({"model": "m", "messages": USER, "think": "max"}, 'think must be true, false, "high"'),
     ({"model": "m", "messages": USER, "logprobs": True}, "logprobs are not supported"),
     ({"model": "m", "messages": USER, "keep_alive": [1]}, "'keep_alive'"),
 ])

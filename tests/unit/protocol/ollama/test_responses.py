@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 from tokenpipe.protocol.ollama.responses import (
     Answer,
+    call_json,
     details,
     durations,
     line,
@@ -16,7 +17,7 @@ from tokenpipe.protocol.ollama.responses import (
     tag,
     timestamp,
 )
-from tokenpipe.types import Timing, Usage
+from tokenpipe.types import FinishReason, Timing, Usage
 
 TIMING = Timing(queue_ms=1.5, ttft_ms=21.5, total_ms=121.5, tokens_per_s=50.0)
 USAGE = Usage(prompt_tokens=30, completion_tokens=6, cached_tokens=10)
@@ -39,7 +40,7 @@ def test_delta_lines_are_one_json_object_each() -> None:
 
 
 def test_the_last_line_has_ollamas_counts_in_nanoseconds() -> None:
-    done = Answer("m", chat=True).done("", "length", USAGE, TIMING)
+    done = Answer("m", chat=True).done("", FinishReason.LENGTH, USAGE, TIMING)
     assert done["done"] is True and done["done_reason"] == "length"
     assert done["message"] == {"role": "assistant", "content": ""}
     assert done["prompt_eval_count"] == 30 and done["eval_count"] == 6
@@ -47,7 +48,7 @@ def test_the_last_line_has_ollamas_counts_in_nanoseconds() -> None:
     assert done["load_duration"] == 1_500_000  # the wait for a place
     assert done["prompt_eval_duration"] == 20_000_000  # taken -> first token
     assert done["eval_duration"] == 100_000_000  # first token -> end
-    whole = Answer("m", chat=False).done("all of it", "stop", USAGE, TIMING)
+    whole = Answer("m", chat=False).done("all of it", FinishReason.STOP, USAGE, TIMING)
     assert whole["response"] == "all of it" and "message" not in whole
     assert json.loads(line(whole)) == whole
 
@@ -80,4 +81,21 @@ def test_listings_say_only_what_is_known() -> None:
     info = shown("m:latest", "fake", 4096, since)
     assert info["parameters"] == "num_ctx 4096" and "FROM m:latest" in info["modelfile"]
     assert info["capabilities"] == ["completion"] and info["template"] == ""
+    assert shown("m", "llamacpp", 4096, since)["capabilities"] == ["completion", "tools"]
     assert info["model_info"] == {"tokenpipe.context_length": 4096}
+
+
+def test_thinking_and_calls_in_ollamas_fields() -> None:
+    chat, gen = Answer("m", chat=True), Answer("m", chat=False)
+    assert json.loads(chat.part("t", thinking="hm")) == {
+        "model": "m", "created_at": "t", "done": False,
+        "message": {"role": "assistant", "content": "", "thinking": "hm"}}
+    assert json.loads(gen.part("t", thinking="hm")) == {
+        "model": "m", "created_at": "t", "done": False, "response": "", "thinking": "hm"}
+    calls = [call_json("f", '{"x": [1, 2]}'), call_json("g", '{"x": "cut')]
+    assert calls == [{"function": {"name": "f", "arguments": {"x": [1, 2]}}},
+                     {"function": {"name": "g", "arguments": {}}}]  # a cut string: unread
+    done = chat.done("", FinishReason.TOOL_CALLS, USAGE, TIMING, "why", calls)
+    assert done["done_reason"] == "stop"  # Ollama's word for an answer that made calls
+    assert done["message"] == {"role": "assistant", "content": "", "thinking": "why",
+                               "tool_calls": calls}
