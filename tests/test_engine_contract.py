@@ -186,9 +186,16 @@ async def test_an_output_format_is_enforced_or_refused(engine: Engine,
 
 async def test_formatted_and_free_streams_side_by_side(engine: Engine) -> None:
     """A grammar belongs to its own generation: beside free text and another schema, each
-    answer is what it is alone."""
+    answer is what it is alone. An engine that refuses formats refuses them while a free
+    stream runs, and that stream answers as it does alone."""
     if engine.info.name not in CONSTRAINED:
-        pytest.skip("this engine refuses formats (test_an_output_format_is_enforced_...)")
+        free = chat("Name three colors.", max_tokens=20)
+        running = asyncio.ensure_future(run(engine, free))
+        for _ in range(3):
+            with pytest.raises(BadRequest):
+                engine.prepare(formatted("Describe a cat as JSON.", CAT, max_tokens=150), 64)
+        assert (await running)[0] == (await run(engine, free))[0]
+        return
     requests = [formatted("Describe a cat as JSON.", CAT, max_tokens=150),
                 chat("Name three colors.", max_tokens=20),
                 formatted("Is water wet?", {"enum": ["yes", "no"]}, max_tokens=10)]
