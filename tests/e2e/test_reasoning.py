@@ -121,6 +121,15 @@ def test_a_template_that_opens_the_thinking_on_the_real_model(live_server: Any,
                                        temperature=0, max_tokens=24,
                                        extra_body={"reasoning_format": "none"})
     raw = inline.choices[0].message.content or ""
+    streamed = {"reasoning": "", "content": ""}
+    for chunk in c.chat.completions.create(model="SmolLM2-135M-Instruct", messages=ask,
+                                           temperature=0, max_tokens=24, stream=True):
+        delta: Any = chunk.choices[0].delta if chunk.choices else None
+        if delta is not None:
+            streamed["reasoning"] += getattr(delta, "reasoning_content", None) or ""
+            streamed["content"] += delta.content or ""
+    assert streamed == {"reasoning": message.reasoning_content or "",
+                        "content": message.content or ""}  # streamed as whole
     if "</think>" in raw:  # the model closed the section: the rest is the content
         thought, _, rest = raw.partition("</think>")
         assert (message.reasoning_content, message.content) == (thought, rest.lstrip("\n"))

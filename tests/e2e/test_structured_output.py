@@ -82,6 +82,10 @@ def test_json_object_on_completions_and_over_the_websocket(model_server: ServerP
                                                            {"type": "json_object"}})
     assert done.choices[0].finish_reason == "stop"
     assert isinstance(json.loads(done.choices[0].text), dict)
+    streamed = "".join(ch.choices[0].text for ch in c.completions.create(
+        model=MODEL, prompt="A user record in JSON:", max_tokens=80, temperature=0,
+        stream=True, extra_body={"response_format": {"type": "json_object"}}) if ch.choices)
+    assert streamed == done.choices[0].text
 
 
 async def test_a_schema_over_tokenpipe_v1(model_server: ServerProcess) -> None:
