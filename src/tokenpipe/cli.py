@@ -28,6 +28,13 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                                            "model's own")
     p.add_argument("--model-dirs", help="comma-separated folders of GGUF files to look in")
     p.add_argument("--model-id", help="the model name clients see (default: from the file)")
+    p.add_argument("--load-on-demand", action="store_true", default=None,
+                   help="load each model when a request first names it, not at start")
+    p.add_argument("--keep-alive", type=_duration, metavar="DURATION",
+                   help="unload a model idle this long (\"5m\", 300; default -1: never)")
+    p.add_argument("--max-loaded-models", type=int, metavar="N",
+                   help="models in memory at once; the least recently used idle one is "
+                        "unloaded to load another (default 0: no limit)")
     p.add_argument("--ctx-size", type=int, help="total context tokens (default 8192)")
     p.add_argument("--parallel", type=int, help="sequences decoded together (default 8)")
     p.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
@@ -84,6 +91,15 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                         "(512; 0 = no limit)")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     p.add_argument("--log-format", choices=["text", "json"], help="log lines as text or JSON")
+
+
+def _duration(text: str) -> float:
+    from .config_file import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:

@@ -4,14 +4,15 @@ engine registry. Precedence: flag > environment > file > default."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config_file import ModelConfig, setting_types
+from .config_file import Duration, ModelConfig, parse_duration, setting_types
 from .config_file import load as load_file
 from .engines.base import Engine, EngineOptions
 from .errors import MissingDependency
@@ -82,6 +83,10 @@ class Settings:
     flood_close_s: float = 3.0  # /ws: over the frame budget every second this long: 1008
     chat_template: str | None = None  # a Jinja template file, in place of the model's
     model_dirs: tuple[str, ...] = ()  # folders of GGUF files `tokenpipe models` lists
+    # load on demand (docs/configuration.md): models load when first asked for, not at start
+    load_on_demand: bool = False
+    keep_alive: Duration = -1.0  # seconds an idle model stays loaded; < 0: forever
+    max_loaded_models: int = 0  # models in memory at once (the LRU idle one goes); 0: any
     # from the configuration file's [models.NAME] tables; not flags nor variables
     model_configs: tuple[ModelConfig, ...] = ()
     plans: tuple[ModelPlan, ...] = ()  # the models to serve, names resolved (resolve_plans)
@@ -169,6 +174,14 @@ def responses_db_path(settings: Settings) -> str:
 def _parse(kind: Any, raw: str, name: str) -> Any:
     text = str(kind)
     try:
+        if text == "Duration":
+            return parse_duration(raw)
+        if text == "bool":
+            if raw.strip().lower() in ("1", "true", "yes", "on"):
+                return True
+            if raw.strip().lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
         if "tuple" in text:
             return tuple(s.strip() for s in raw.split(",") if s.strip())
         if text.startswith("int"):
@@ -176,7 +189,8 @@ def _parse(kind: Any, raw: str, name: str) -> Any:
         if text.startswith("float"):
             return float(raw)
     except ValueError:
-        raise ValueError(f"TOKENPIPE_{name.upper()}={raw!r} is not a valid {text}") from None
+        raise ValueError(f"TOKENPIPE_{name.upper()}={raw!r} is not a valid "
+                         f"{'duration' if text == 'Duration' else text}") from None
     return raw
 
 
@@ -215,14 +229,22 @@ def parse_model_spec(spec: str, default_engine: str) -> tuple[str, str, str]:
     return name, default_engine, rest
 
 
-def build_engines(settings: Settings) -> list[Engine]:
-    """One engine per model: the resolved plans, else --model NAME=SPEC (repeatable), the
-    single model, or the configuration file's tables."""
+def engine_makers(settings: Settings) -> list[Callable[[], Engine]]:
+    """One engine builder per model (each call a fresh, unloaded engine): the resolved
+    plans, else --model NAME=SPEC (repeatable), the single model, or the configuration
+    file's tables."""
     from .model_plans import engine_options, resolve_plans
 
     plans = settings.plans or resolve_plans(settings, download=False)
-    engines = [engine_class(p.engine).from_options(engine_options(settings, p)) for p in plans]
-    names = [e.info.model_id for e in engines]
+    makers: list[Callable[[], Engine]] = [
+        functools.partial(engine_class(p.engine).from_options, engine_options(settings, p))
+        for p in plans]
+    names = [make().info.model_id for make in makers]
     if len(set(names)) != len(names):
         raise ValueError(f"model names must be unique: {names}")
-    return engines
+    return makers
+
+
+def build_engines(settings: Settings) -> list[Engine]:
+    """One engine per model, unloaded (engine_makers)."""
+    return [make() for make in engine_makers(settings)]

@@ -25,6 +25,7 @@ MODEL_KEYS: dict[str, str] = {
     **SAMPLING,
 }
 NOT_IN_FILE = frozenset({"models", "model_configs", "plans"})  # [models] tables instead
+Duration = float  # seconds; given as a number or "5m", "1h30m", "-1" (parse_duration)
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 
 
@@ -165,7 +166,7 @@ def _typed(value: Any, kind: str) -> Any:
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
             return tuple(value)
         raise ValueError("a list of strings")
-    if kind == "duration":
+    if kind in ("duration", "Duration"):
         return parse_duration(value)
     if kind.startswith("int"):
         if isinstance(value, int) and not isinstance(value, bool):

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 
 from .constrain.tools import tool_call_splitter
 from .engines.base import Engine, PreparedRequest
@@ -70,6 +71,12 @@ class Scheduler:
         self._waiting: deque[tuple[GenerationSession, asyncio.Future[None]]] = deque()
         self._tasks: dict[asyncio.Task[None], GenerationSession] = {}
         self._closing = False
+        self.on_idle: Callable[[], None] | None = None  # told when the last generation ends
+
+    @property
+    def busy(self) -> bool:
+        """Generations run or wait here."""
+        return bool(self._tasks)
 
     @property
     def queued(self) -> int:
@@ -88,11 +95,12 @@ class Scheduler:
                 f"{self.engine.info.context_tokens} tokens: limits.max_tokens is "
                 f"{self.max_tokens}", param="max_tokens")
 
-    async def start(self, request: GenerationRequest, *,
-                    resumable: bool = False) -> GenerationSession:
-        """submit(), with a long prompt templated and tokenized in a worker thread (a
-        megabyte of text takes the tokenizer a good part of a second, which on the event
-        loop would stall every other stream), and an output format's grammar compiled
+    async def start(self, request: GenerationRequest, *, resumable: bool = False,
+                    into: GenerationSession | None = None) -> GenerationSession:
+        """submit() (`into`: a session made while the model loaded), with a long prompt
+        templated and tokenized in a worker thread (a megabyte of text takes the tokenizer
+        a good part of a second, which on the event loop would stall every other stream),
+        and an output format's grammar compiled
         there too."""
         if self._closing:
             raise ShuttingDown("the server is shutting down")
@@ -103,7 +111,7 @@ class Scheduler:
                 or request.tools):
             prepared = await asyncio.to_thread(self.engine.prepare, request,
                                                self.default_max_tokens)
-        return self.submit(request, resumable=resumable, prepared=prepared)
+        return self.submit(request, resumable=resumable, prepared=prepared, into=into)
 
     async def count_tokens(self, request: GenerationRequest) -> int:
         """The prompt's tokens as start() counts them (the engine's template, then its
@@ -120,8 +128,10 @@ class Scheduler:
         return len(self.engine.encode(request, self.engine.render(request)))
 
     def submit(self, request: GenerationRequest, *, resumable: bool = False,
-               prepared: PreparedRequest | None = None) -> GenerationSession:
-        """Checks the request and starts it (or queues it). Raises before anything runs."""
+               prepared: PreparedRequest | None = None,
+               into: GenerationSession | None = None) -> GenerationSession:
+        """Checks the request and starts it (or queues it). Raises before anything runs.
+        `into`: the session to run it in (made while its model loaded), else a new one."""
         if self._closing:
             raise ShuttingDown("the server is shutting down")
         if prepared is None:
@@ -132,7 +142,12 @@ class Scheduler:
                 f"the prompt has {prepared.prompt_tokens} tokens; this server accepts at most "
                 f"{self.max_prompt_tokens}",
                 param="prompt" if request.prompt is not None else "messages")
-        session = GenerationSession(prepared, self.engine.info.model_id, resumable=resumable)
+        if into is None:
+            session = GenerationSession(prepared, self.engine.info.model_id,
+                                        resumable=resumable)
+        else:
+            session = into
+            session.attach(prepared, self.engine.info.model_id)
         # Admission is decided here, synchronously, so that the bound holds however many
         # requests arrive before their tasks first run.
         admission: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -161,6 +176,8 @@ class Scheduler:
         admission: asyncio.Future[None],
     ) -> None:
         self._tasks.pop(task, None)
+        if not self._tasks and self.on_idle is not None:
+            self.on_idle()
         if session.final is None:  # cancelled before its first step: _run never ran
             self.engine.forget(session.prepared)
             if admission.done() and not admission.cancelled():

@@ -45,10 +45,11 @@ class State(enum.Enum):
 
 class GenerationSession:
     def __init__(
-        self, prepared: PreparedRequest, model: str, *, resumable: bool = False
+        self, prepared: PreparedRequest | None, model: str, *, resumable: bool = False
     ) -> None:
-        self.prepared = prepared
+        self._prepared = prepared
         self.model = model
+        self.loading = False  # queued while its model loads (load on demand)
         self.resumable = resumable
         self.stream_token = secrets.token_urlsafe(24) if resumable else None
         self.request_id = "gen-" + secrets.token_hex(8)
@@ -70,6 +71,24 @@ class GenerationSession:
         self._reader: Cursor | None = None  # the one cursor told of news
         self._cancel: Callable[[], object] | None = None
         self.done = asyncio.Event()
+
+    @classmethod
+    def loading_model(cls, model: str, *, resumable: bool = False) -> GenerationSession:
+        """A session whose model is being loaded: queued, `loading`, its request prepared
+        (attach()) once the model is in memory."""
+        session = cls(None, model, resumable=resumable)
+        session.loading = True
+        return session
+
+    @property
+    def prepared(self) -> PreparedRequest:
+        assert self._prepared is not None, "the session's model has not loaded yet"
+        return self._prepared
+
+    def attach(self, prepared: PreparedRequest, model: str) -> None:
+        """Its model has loaded and the scheduler took the request (queued or running)."""
+        self._prepared, self.model, self.loading = prepared, model, False
+        self._notify()
 
     # ---- written by the scheduler -------------------------------------------------------
     def set_position(self, position: int) -> None:
@@ -253,6 +272,7 @@ class Cursor:
         self._news = asyncio.Event()
         self._woken = False
         self._sent_position = 0
+        self._sent_loading = False
         self._sent_start = False
         self._sent_final = False
 
@@ -278,6 +298,9 @@ class Cursor:
         if self._sent_final:
             return out
         if s.state is State.QUEUED and s.final is None:
+            if s.loading and not self._sent_loading:
+                self._sent_loading = True
+                out.append(Queued(0, loading=True))
             if s.position and s.position != self._sent_position:
                 self._sent_position = s.position
                 out.append(Queued(s.position))

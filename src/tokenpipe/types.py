@@ -157,7 +157,8 @@ EngineEvent = EngineStart | EngineText | EngineFinish
 # then exactly one Finished or Failed.
 @dataclass(frozen=True, slots=True)
 class Queued:
-    position: int  # 1 = next
+    position: int  # 1 = next; 0 with `loading`
+    loading: bool = False  # waiting for its model to load (load on demand)
 
 
 @dataclass(frozen=True, slots=True)

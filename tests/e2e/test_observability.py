@@ -51,7 +51,7 @@ async def test_metrics_count_generations_tokens_errors_and_connections(
 def test_health_is_public_and_ready(fake_server: ServerProcess) -> None:
     response = httpx.get(fake_server.url + "/health")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "models": ["fake"]}
+    assert response.json() == {"status": "ok", "models": ["fake"], "states": {"fake": "loaded"}}
 
 
 async def test_a_model_that_cannot_load_fails_health_and_requests_clearly() -> None:

@@ -132,9 +132,13 @@ async def test_async_client_streams(fake_server: ServerProcess) -> None:
 
 def test_load_call(fake_server: ServerProcess) -> None:
     c = client(fake_server)
-    for loaded in (c.generate(model="fake"), c.chat(model="fake", messages=[]),
-                   c.generate(model="fake", keep_alive=0)):
+    for loaded in (c.generate(model="fake"), c.chat(model="fake", messages=[])):
         assert loaded.done and loaded.done_reason == "load"
+    assert [m.model for m in c.ps().models] == ["fake:latest"]
+    unloaded = c.generate(model="fake", keep_alive=0)  # Ollama's "unload it now"
+    assert unloaded.done and unloaded.done_reason == "unload" and c.ps().models == []
+    assert c.generate(model="fake", prompt="[[echo]] back").response == "back"  # loads again
+    assert [m.model for m in c.ps().models] == ["fake:latest"]
     with pytest.raises(ollama.ResponseError) as info:
         c.generate(model="nope")
     assert info.value.status_code == 404

@@ -49,7 +49,8 @@ class Generation:
         self.end: dict[str, Any] | None = None
         self.error: ServerError | None = None
         self.deltas: list[dict[str, Any]] = []
-        self.queued: list[int] = []
+        self.queued: list[int] = []  # queue positions heard, in order
+        self.loaded_model = False  # it waited for its model to load (load on demand)
 
     @property
     def text(self) -> str:
@@ -85,7 +86,10 @@ class Generation:
             elif kind == "start":
                 self.start = frame
             elif kind == "queued":
-                self.queued.append(frame["position"])
+                if frame.get("loading"):
+                    self.loaded_model = True
+                else:
+                    self.queued.append(frame["position"])
             elif kind == "end":
                 self.end = frame
             elif kind == "error":

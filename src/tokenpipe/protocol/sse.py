@@ -26,6 +26,11 @@ def comment(text: str) -> bytes:
     return b": " + text.replace("\r", " ").replace("\n", " ").encode() + b"\n\n"
 
 
+def waiting(position: int, loading: bool) -> bytes:
+    """The comment a request hears while it waits: its model loading, or its queue place."""
+    return comment("loading model" if loading else f"queued position={position}")
+
+
 def event(name: str, obj: dict[str, Any]) -> bytes:
     """A named event (`event:` then `data:`), as Anthropic's Messages stream sends them."""
     payload = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))

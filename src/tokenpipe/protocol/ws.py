@@ -281,9 +281,10 @@ def dumps(frame: dict[str, Any]) -> str:
     return json.dumps(frame, ensure_ascii=False, separators=(",", ":"))
 
 
-def hello(server: str, models: list[str], limits: dict[str, int]) -> dict[str, Any]:
-    return {"type": "hello", "protocol": PROTOCOL, "server": server, "models": models,
-            "limits": limits}
+def hello(server: str, models: dict[str, str], limits: dict[str, int]) -> dict[str, Any]:
+    """`models`: each model's state (available, loading, loaded, failed), in order."""
+    return {"type": "hello", "protocol": PROTOCOL, "server": server, "models": list(models),
+            "model_states": models, "limits": limits}
 
 
 def pong(data: Any) -> dict[str, Any]:
@@ -323,6 +324,8 @@ def event_frame(stream_id: str, event: Event) -> dict[str, Any]:
                     delta["call_id"], delta["name"] = event.call_id, event.name
         return delta
     if isinstance(event, Queued):
+        if event.loading:  # its model is loading (load on demand): no place in a queue yet
+            return {"type": "queued", "id": stream_id, "position": 0, "loading": True}
         return {"type": "queued", "id": stream_id, "position": event.position}
     if isinstance(event, Started):
         frame: dict[str, Any] = {"type": "start", "id": stream_id, "model": event.model,

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import FrameType
 
@@ -21,7 +22,7 @@ from starlette.routing import Match, Mount
 from starlette.types import Scope
 
 from .. import __version__
-from ..config import Settings, build_engines
+from ..config import Settings, engine_makers
 from ..engines.base import Engine
 from ..logs import setup_logging
 from ..protocol.openai.errors import error_json
@@ -29,6 +30,7 @@ from ..scheduler import Scheduler
 from .anthropic.routes import router as anthropic_router
 from .connection_caps import ConnectionCaps, open_fds, raise_fd_limit, throttle_accept_errors
 from .http_protocol import guarded_http
+from .model_slots import ModelSlot
 from .ollama.routes import routes as ollama_routes
 from .openai.routes import lean_routes, unparsable
 from .openai.routes import router as openai_router
@@ -121,10 +123,13 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
 
     @app.api_route("/health", methods=["GET", "HEAD"], tags=["health"])
     async def health() -> JSONResponse:
-        """200 when the model is loaded and the engine healthy, else 503 (HEAD: no body)."""
+        """200 when the models the start loads are loaded (or load on demand), none has
+        failed and every loaded engine is healthy, else 503 (HEAD: no body); `states`
+        says each model's: available, loading, loaded or failed."""
         models = runtime.models
-        body = {"status": "ok" if models.ready else "loading", "models": models.names}
-        error = models.load_error or models.engine_failure
+        body: dict[str, object] = {"status": "ok" if models.ready else "loading",
+                                   "models": models.names, "states": models.states()}
+        error = models.load_error or models.failure
         if error:
             body.update(status="error", error=error)
         return JSONResponse(body, status_code=200 if models.ready else 503)
@@ -155,40 +160,47 @@ def _parse_error(exc: StarletteHTTPException) -> str | None:
 
 
 async def _load(runtime: Runtime, engine: Engine | None) -> None:
+    """The configured models, each a slot that loads on demand; at start the first
+    --max-loaded-models of them (all by default) load, unless --load-on-demand."""
     settings = runtime.settings
     models = runtime.models
     try:
-        engines = [engine] if engine is not None else build_engines(settings)
+        makers: list[Callable[[], Engine]] = (
+            [functools.partial(_given, engine)] if engine is not None
+            else engine_makers(settings))
+        for make in makers:
+            name = make().info.model_id
+            table = settings.model_config(name)
+            keep = table.keep_alive_s if table and table.keep_alive_s is not None else None
+            models.add(ModelSlot(name, make, functools.partial(_scheduler, runtime, name),
+                                 settings.keep_alive if keep is None else keep))
     except Exception as exc:
         models.load_error = f"{type(exc).__name__}: {exc}"
         log.error("bad model configuration: %s", models.load_error)
         return
-    models.expected = len(engines)
-    results = await asyncio.gather(*(e.load() for e in engines), return_exceptions=True)
-    errors = []
-    for eng, result in zip(engines, results, strict=True):
-        if isinstance(result, asyncio.CancelledError):
-            raise result
-        if isinstance(result, BaseException):
-            errors.append(f"{eng.info.model_id}: {type(result).__name__}: {result}")
-            continue
-        models.schedulers[eng.info.model_id] = Scheduler(
-            eng, max_queue=settings.max_queue,
-            default_max_tokens=settings.default_max_tokens_for(eng.info.model_id),
-            max_prompt_tokens=settings.max_prompt_tokens, metrics=runtime.metrics,
-        )
-        log.info("ready: engine=%s model=%s context=%d batch=%d", eng.info.name,
-                 eng.info.model_id, eng.info.context_tokens, eng.info.max_batch)
-    if errors:
-        models.load_error = "could not load " + "; ".join(errors)
-        log.error("%s", models.load_error)
+    models.max_loaded = settings.max_loaded_models
+    if settings.load_on_demand:
+        log.info("models load on demand: %s", ", ".join(models.names))
+        return
+    first = models.names[:settings.max_loaded_models or None]
+    await models.preload(first)
+
+
+def _given(engine: Engine) -> Engine:
+    return engine
+
+
+def _scheduler(runtime: Runtime, name: str, engine: Engine) -> Scheduler:
+    settings = runtime.settings
+    return Scheduler(engine, max_queue=settings.max_queue,
+                     default_max_tokens=settings.default_max_tokens_for(name),
+                     max_prompt_tokens=settings.max_prompt_tokens, metrics=runtime.metrics)
 
 
 async def _shutdown(runtime: Runtime) -> None:
     await runtime.models.aclose(runtime.settings.shutdown_grace_s)
     runtime.close()
-    for scheduler in runtime.models.schedulers.values():
-        await scheduler.engine.aclose()
+    await runtime.models.free()
 
 
 class DrainingServer(uvicorn.Server):

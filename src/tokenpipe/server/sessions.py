@@ -1,71 +1,198 @@
 """The one start: every door turns its request into a GenerationRequest and calls
-`ModelRegistry.start(request)`, which routes it by model, applies the context rule and
-admission (the model's Scheduler), and hands back the session. A door never re-checks
-what the start checks; it only words the errors in its own shape."""
+`ModelRegistry.start(request)`, which routes it by model, loads the model if it is not in
+memory (load on demand), applies the context rule and admission (the model's Scheduler),
+and hands back the session. A door never re-checks what the start checks; it only words
+the errors in its own shape."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from dataclasses import dataclass, field
 
-from ..errors import EngineUnavailable, UnknownModel
+from ..engines.base import EngineInfo
+from ..errors import (
+    EngineError,
+    EngineUnavailable,
+    ShuttingDown,
+    TokenpipeError,
+    UnknownModel,
+)
 from ..scheduler import Scheduler
 from ..session import GenerationSession
-from ..types import GenerationRequest
+from ..types import FinishReason, GenerationRequest
+from .model_slots import ModelSlot, ModelState
+
+log = logging.getLogger("tokenpipe.server")
 
 
 @dataclass
 class ModelRegistry:
-    """The loaded models by name, the first one the default."""
+    """The configured models by name, the first one the default; each loaded when first
+    asked for (or at start), unloaded after its keep-alive, at most `max_loaded` in
+    memory (0: no bound), the least recently used idle one evicted to make room."""
 
-    schedulers: dict[str, Scheduler] = field(default_factory=dict)
-    load_error: str | None = None
-    expected: int = 1  # models configured
+    slots: dict[str, ModelSlot] = field(default_factory=dict)
+    load_error: str | None = None  # the configuration could not be read into models
+    max_loaded: int = 0
+    preloading: bool = False  # the start's loads are running
+    _room: asyncio.Event = field(default_factory=asyncio.Event)  # a loaded model went idle
+    # requests waiting for their model's load, by the task that starts them
+    _starts: dict[asyncio.Task[None], GenerationSession] = field(default_factory=dict)
 
+    def add(self, slot: ModelSlot) -> None:
+        slot.on_idle = self._went_idle
+        self.slots[slot.name] = slot
+
+    def add_loaded(self, name: str, scheduler: Scheduler) -> None:
+        """A model already loaded, under `name` (tests, a pre-built engine)."""
+        slot = ModelSlot(name, lambda: scheduler.engine, lambda _: scheduler)
+        slot.loaded(scheduler)
+        self.add(slot)
+
+    # ---- the one start ------------------------------------------------------------------
     async def start(self, request: GenerationRequest, *,
                     resumable: bool = False) -> GenerationSession:
         """A running (or queued) session; raises, before anything runs, what the request
-        cannot be: an unknown model, a context overflow, a full queue, a shutdown."""
-        return await self.route(request.model).start(request, resumable=resumable)
+        cannot be: an unknown model, a context overflow, a full queue, a shutdown. A model
+        not in memory is loaded: the session is handed back at once, queued and `loading`,
+        and starts once the load is done (or fails with the load's reason)."""
+        slot = self.slot(request.model)
+        if slot.state is ModelState.LOADED:
+            assert slot.scheduler is not None
+            slot.touch()
+            return await slot.scheduler.start(request, resumable=resumable)
+        slot.refuse_if_failed()
+        session = GenerationSession.loading_model(slot.name, resumable=resumable)
+        slot.pending += 1
+        task = asyncio.create_task(self._start_loaded(slot, request, session),
+                                   name=session.request_id)
+        self._starts[task] = session
+        task.add_done_callback(lambda t: self._starts.pop(t, None))
+        session.bind_cancel(task.cancel)
+        return session
+
+    async def _start_loaded(self, slot: ModelSlot, request: GenerationRequest,
+                            session: GenerationSession) -> None:
+        try:
+            scheduler = await slot.ensure(lambda: self._make_room(slot))
+            await scheduler.start(request, resumable=session.resumable, into=session)
+        except asyncio.CancelledError:
+            session.finish(FinishReason.CANCELLED)
+        except TokenpipeError as exc:
+            session.fail(exc)
+        except Exception as exc:  # defensive: a session always ends with one final event
+            log.exception("starting %s on %s", session.request_id, slot.name)
+            session.fail(EngineError(f"could not start: {type(exc).__name__}: {exc}"))
+        finally:
+            slot.done_waiting()
 
     async def count_tokens(self, request: GenerationRequest) -> int:
-        """The prompt tokens start(request) would count, routed the same way."""
-        return await self.route(request.model).count_tokens(request)
+        """The prompt tokens start(request) would count, routed the same way (the model
+        loaded first if it is not)."""
+        slot = self.slot(request.model)
+        slot.refuse_if_failed()
+        slot.pending += 1
+        try:
+            scheduler = await slot.ensure(lambda: self._make_room(slot))
+            return await scheduler.count_tokens(request)
+        finally:
+            slot.done_waiting()
 
-    def route(self, model: str | None = None) -> Scheduler:
-        """The scheduler serving `model` (None: the default model)."""
-        if model is not None and model in self.schedulers:
-            return self.schedulers[model]
-        if not self.schedulers:
+    # ---- routing ------------------------------------------------------------------------
+    def slot(self, model: str | None = None) -> ModelSlot:
+        """The slot serving `model` (None: the default model)."""
+        if model is not None and model in self.slots:
+            return self.slots[model]
+        if not self.slots:
             raise EngineUnavailable(self.load_error or "the model is still loading")
         if model is None:
-            return next(iter(self.schedulers.values()))
+            return next(iter(self.slots.values()))
+        self.check_serving()  # a server that can serve nothing says so first
         raise UnknownModel(f"unknown model {model!r}; this server has {self.names}",
                            param="model")
 
+    def route(self, model: str | None = None) -> Scheduler:
+        """The loaded scheduler serving `model`; EngineUnavailable where it is not loaded."""
+        slot = self.slot(model)
+        if slot.scheduler is None:
+            raise EngineUnavailable(slot.error or f"{slot.name} is not loaded")
+        return slot.scheduler
+
+    def info(self, model: str | None = None) -> EngineInfo:
+        """What a listing says of `model`: its engine's figures (as configured until it
+        loads). EngineUnavailable where no model can serve (see `serving`)."""
+        self.check_serving()
+        info = self.slot(model).info
+        assert info is not None
+        return info
+
+    def check_serving(self) -> None:
+        """EngineUnavailable when no model can serve: the configuration failed, or every
+        model's last load failed (listings say so, as /health does)."""
+        if self.load_error or not self.slots:
+            raise EngineUnavailable(self.load_error or "the model is still loading")
+        if all(s.state is ModelState.FAILED for s in self.slots.values()):
+            raise EngineUnavailable("could not load " + "; ".join(
+                str(s.error) for s in self.slots.values()))
+
+    async def load(self, model: str | None = None) -> None:
+        """Loads `model` now if it is not (Ollama's "load the model" call); raises what a
+        failed load raises."""
+        slot = self.slot(model)
+        slot.refuse_if_failed()
+        slot.pending += 1
+        try:
+            await slot.ensure(lambda: self._make_room(slot))
+        finally:
+            slot.done_waiting()
+
+    async def unload(self, model: str | None = None) -> None:
+        """Unloads `model` now if it is loaded and idle (Ollama's keep_alive 0 call); a
+        model with requests running or waiting unloads when they end (keep-alive 0)."""
+        slot = self.slot(model)
+        if slot.state is ModelState.LOADED and not slot.busy:
+            await slot.unload()
+
     @property
     def names(self) -> list[str]:
-        return list(self.schedulers)
+        return list(self.slots)
+
+    def states(self) -> dict[str, str]:
+        return {name: slot.state.value for name, slot in self.slots.items()}
+
+    @property
+    def loaded(self) -> list[ModelSlot]:
+        return [s for s in self.slots.values() if s.state is ModelState.LOADED]
 
     @property
     def ready(self) -> bool:
-        """Every configured model is loaded and its engine healthy."""
-        return (self.load_error is None and len(self.schedulers) == self.expected
-                and all(s.engine.healthy() for s in self.schedulers.values()))
+        """The start's loads are done, none failed, and every loaded engine is healthy."""
+        return (self.load_error is None and bool(self.slots) and not self.preloading
+                and not any(s.state is ModelState.FAILED for s in self.slots.values())
+                and all(s.scheduler.engine.healthy() for s in self.loaded
+                        if s.scheduler is not None))
 
     @property
-    def engine_failure(self) -> str | None:
-        """Why a loaded model's engine can serve nothing any more (it could not recover)."""
-        failed = [f"{name}: {s.engine.failure}" for name, s in self.schedulers.items()
-                  if s.engine.failure]
+    def failure(self) -> str | None:
+        """Why a model can serve nothing now: its load failed, or its engine could not
+        recover from a fault."""
+        failed = [f"could not load {s.error}" for s in self.slots.values()
+                  if s.state is ModelState.FAILED]
+        failed += [f"{s.name}: {s.scheduler.engine.failure}" for s in self.loaded
+                   if s.scheduler is not None and s.scheduler.engine.failure]
         return "; ".join(failed) or None
 
     def limits(self, max_message_bytes: int, max_streams_per_connection: int,
                default_max_tokens: int) -> dict[str, int]:
         """The default model's limits, as tokenpipe.v1's hello states them."""
-        default = next(iter(self.schedulers.values()), None)
-        context = default.engine.info.context_tokens if default is not None else 0
-        max_tokens = default.max_tokens if default is not None else 0
+        default = next(iter(self.slots.values()), None)
+        info = default.info if default is not None else None
+        context = info.context_tokens if info is not None else 0
+        max_tokens = max(0, context - 1)
+        if default is not None and default.scheduler is not None:
+            default_max_tokens = min(default_max_tokens, default.scheduler.default_max_tokens)
         return {
             "max_message_bytes": max_message_bytes,
             "max_streams_per_connection": max_streams_per_connection,
@@ -74,6 +201,60 @@ class ModelRegistry:
             "default_max_tokens": min(default_max_tokens, max_tokens),
         }
 
+    # ---- loading and unloading ----------------------------------------------------------
+    async def preload(self, names: list[str]) -> None:
+        """The start's loads, together; a failure is kept on its slot (and logged)."""
+        self.preloading = True
+        try:
+            await asyncio.gather(*(self._preload(self.slots[n]) for n in names))
+            # an engine may learn its model's name as it loads (openai: the upstream's)
+            self.slots = {(s.info.model_id if s.info and s.state is ModelState.LOADED
+                           else s.name): s for s in self.slots.values()}
+            for name, slot in self.slots.items():
+                slot.name = name
+        finally:
+            self.preloading = False
+
+    async def _preload(self, slot: ModelSlot) -> None:
+        slot.pending += 1
+        try:
+            with contextlib.suppress(EngineUnavailable):
+                await slot.ensure()
+        finally:
+            slot.done_waiting()
+
+    async def _make_room(self, loading: ModelSlot) -> None:
+        """Before `loading` loads: while max_loaded models are in memory (or loading),
+        unload the least recently used idle one, or wait until one is idle. A model with
+        requests running or waiting is never unloaded."""
+        if self.max_loaded <= 0:
+            return
+        while True:
+            held = [s for s in self.slots.values() if s is not loading and s.in_memory]
+            if len(held) < self.max_loaded:
+                return
+            idle = sorted((s for s in held if s.state is ModelState.LOADED and not s.busy),
+                          key=lambda s: s.last_used)
+            if idle:
+                log.info("unloading %s to load %s (--max-loaded-models %d)", idle[0].name,
+                         loading.name, self.max_loaded)
+                await idle[0].unload()
+                continue
+            self._room.clear()
+            await self._room.wait()
+
+    def _went_idle(self, slot: ModelSlot) -> None:
+        self._room.set()
+
     async def aclose(self, grace_s: float) -> None:
-        """Every scheduler refuses new work; running generations get `grace_s` to end."""
-        await asyncio.gather(*(s.aclose(grace_s) for s in self.schedulers.values()))
+        """Every model refuses new work; running generations get `grace_s` to end."""
+        for task, session in list(self._starts.items()):
+            session.fail(ShuttingDown("the server shut down before this answer began"))
+            task.cancel()
+        await asyncio.gather(*(s.aclose(grace_s) for s in self.slots.values()))
+
+    async def free(self) -> None:
+        """Shutdown's last step: every loaded engine frees its model."""
+        for slot in self.slots.values():
+            if slot.scheduler is not None:
+                await slot.scheduler.engine.aclose()

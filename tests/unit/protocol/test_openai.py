@@ -371,7 +371,7 @@ async def lean(scheduler: Scheduler, body: bytes | list[bytes], *,
     from tokenpipe.server.runtime import Runtime
 
     runtime = Runtime(Settings())
-    runtime.models.schedulers["fake"] = scheduler
+    runtime.models.add_loaded("fake", scheduler)
     asgi = Asgi()
     parts = [body] if isinstance(body, bytes) else body
     for i, part in enumerate(parts):

@@ -45,7 +45,7 @@ class HeldSocket:
 async def test_a_backed_up_socket_gets_merged_deltas_and_the_engine_runs_on() -> None:
     engine = FakeEngine.from_options(EngineOptions(context_size=100_000))
     runtime = Runtime(Settings(engine="fake"))
-    runtime.models.schedulers["fake"] = Scheduler(engine)
+    runtime.models.add_loaded("fake", Scheduler(engine))
     sock = HeldSocket()
     connection = JsonConnection(sock, runtime)  # type: ignore[arg-type]
     task = asyncio.create_task(connection.run())

@@ -21,11 +21,13 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
+from ...config_file import parse_duration
 from ...constrain.grammars import schema_text
 from ...types import GenerationRequest, Message, OutputFormat, SamplingParams, ToolCall
 from ..formats import ToolName, ToolSpec
@@ -73,8 +75,11 @@ def _text(value: Any) -> Any:
 
 def _duration(value: Any) -> Any:
     """keep_alive: Ollama's duration ("5m") or seconds (a number, -1 forever)."""
-    if value is None or (isinstance(value, str | int | float) and not isinstance(value, bool)):
+    if value is None:
         return value
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        with contextlib.suppress(ValueError):
+            return parse_duration(value)
     raise PydanticCustomError("duration_type", "input should be a duration (\"5m\") or a "
                               "number of seconds")
 
@@ -179,8 +184,10 @@ class _Generation(_Body):
     model: Annotated[str, Field(min_length=1)]
     stream: bool | None = Field(default=None, description="Absent means true, as Ollama.")
     options: Options | None = None
-    keep_alive: Annotated[Any, BeforeValidator(_duration)] = Field(
-        default=None, description="Accepted and ignored: models stay loaded.")
+    keep_alive_s: Annotated[float | None, BeforeValidator(_duration)] = Field(
+        default=None, alias="keep_alive", description="How long the model stays loaded "
+        "after this request (\"5m\", seconds; -1: forever; 0 with no prompt/messages: "
+        "unload it now).")
     truncate: bool | None = Field(default=None, description="Accepted and ignored: nothing "
                                   "is ever truncated; a prompt that does not fit is a 400.")
     shift: bool | None = Field(default=None, description="Accepted and ignored: an answer "

@@ -115,6 +115,11 @@ class Answer:
         return {"model": self.model, "created_at": timestamp(), **self._text(""),
                 "done_reason": "load", "done": True}
 
+    def unloaded(self) -> dict[str, Any]:
+        """The answer to Ollama's "unload the model" call (keep_alive 0, nothing to say)."""
+        return {"model": self.model, "created_at": timestamp(), **self._text(""),
+                "done_reason": "unload", "done": True}
+
 
 def details(engine: str) -> dict[str, Any]:
     """What this server knows of the model's kind: llama.cpp reads GGUF files only."""
@@ -128,11 +133,14 @@ def tag(name: str, engine: str, since: datetime) -> dict[str, Any]:
             "digest": "", "details": details(engine)}
 
 
-def loaded_model(name: str, engine: str, context_tokens: int) -> dict[str, Any]:
-    """One model of /api/ps: loaded for as long as the server runs (Ollama's "forever")."""
+def loaded_model(name: str, engine: str, context_tokens: int, expires_at: float | None,
+                 *, busy: bool = False) -> dict[str, Any]:
+    """One model of /api/ps; `expires_at` (a time.time()) is when its keep-alive unloads
+    it, None: it stays (Ollama writes "forever" as the largest Go duration from now)."""
+    until = (datetime.now(UTC) + FOREVER if expires_at is None or busy
+             else datetime.fromtimestamp(expires_at, UTC))
     return {"name": name, "model": name, "size": 0, "digest": "", "details": details(engine),
-            "expires_at": timestamp(datetime.now(UTC) + FOREVER), "size_vram": 0,
-            "context_length": context_tokens}
+            "expires_at": timestamp(until), "size_vram": 0, "context_length": context_tokens}
 
 
 def shown(name: str, engine: str, context_tokens: int, since: datetime) -> dict[str, Any]:

@@ -164,6 +164,8 @@ class ModelCard(BaseModel):
     created: int
     owned_by: str = "tokenpipe"
     max_model_len: int | None = None  # as vLLM: the tokens one request may use in all
+    # tokenpipe's: available, loading, loaded or failed (models load on demand)
+    state: str | None = None
 
 
 class ModelList(BaseModel):

@@ -71,8 +71,13 @@ async def _generation(request: Request, model: type[ChatRequest | GenerateReques
     answer = Answer(body.model, chat=chat)
     try:
         served = _served(models, body.model)
-        if body.loads_only:  # Ollama's "load the model": it is loaded, or loading (503)
-            models.route(served)
+        # how long it stays loaded after this request (None: the configured keep-alive)
+        models.slot(served).keep_alive_once = body.keep_alive_s
+        if body.loads_only:  # Ollama's "load the model" (keep_alive 0: "unload it")
+            if body.keep_alive_s == 0:
+                await models.unload(served)
+                return JSONResponse(answer.unloaded(), media_type=JSON_TYPE)
+            await models.load(served)
             return JSONResponse(answer.loaded(), media_type=JSON_TYPE)
         session = await models.start(body.to_request(served))
     except TokenpipeError as exc:
@@ -84,21 +89,20 @@ async def list_tags(request: Request) -> Response:
     """Every served model, named as Ollama lists models (with a tag)."""
     models = _models(request)
     try:
-        models.route()  # 503 while the model loads
-    except TokenpipeError as exc:
+        listed = [tag(names.listed(n), models.info(n).name, _STARTED) for n in models.names]
+    except TokenpipeError as exc:  # 503 when no model can serve
         return error_response(exc)
-    listed = [tag(names.listed(n), models.route(n).engine.info.name, _STARTED)
-              for n in models.names]
     return JSONResponse({"models": listed})
 
 
 async def list_loaded(request: Request) -> Response:
-    """The loaded models: all of them, for as long as the server runs."""
+    """The models in memory, each with when it unloads (its keep-alive after idle)."""
     models = _models(request)
     loaded = []
-    for name in models.names:
-        info = models.route(name).engine.info
-        loaded.append(loaded_model(names.listed(name), info.name, info.context_tokens))
+    for slot in models.loaded:
+        info = models.info(slot.name) if slot.info is None else slot.info
+        loaded.append(loaded_model(names.listed(slot.name), info.name, info.context_tokens,
+                                   slot.expires_at, busy=slot.busy))
     return JSONResponse({"models": loaded})
 
 
@@ -115,7 +119,7 @@ async def show(request: Request) -> Response:
     models = _models(request)
     try:
         served = _served(models, body.requested)
-        info = models.route(served).engine.info
+        info = models.info(served)
     except TokenpipeError as exc:
         return error_response(exc, body.requested)
     return JSONResponse(shown(names.listed(served), info.name, info.context_tokens,

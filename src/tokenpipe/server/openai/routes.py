@@ -165,13 +165,15 @@ _ROUTES = {"/v1/models": "GET", "/v1/chat/completions": "POST", "/v1/completions
 
 def _models(request: Request) -> list[str]:
     models = _runtime(request).models
-    models.route()  # 503 while the model loads
+    models.check_serving()  # 503 when no model can serve
     return models.names
 
 
 def _card(request: Request, model_id: str) -> ModelCard:
-    context = _runtime(request).models.route(model_id).engine.info.context_tokens
-    return ModelCard(id=model_id, created=_STARTED, max_model_len=context)
+    models = _runtime(request).models
+    return ModelCard(id=model_id, created=_STARTED,
+                     max_model_len=models.info(model_id).context_tokens,
+                     state=models.slot(model_id).state.value)
 
 
 def _runtime(request: Request) -> Runtime:

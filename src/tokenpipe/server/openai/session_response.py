@@ -65,7 +65,7 @@ class SessionResponse(DoorResponse):
                 out.append(sse.comment("ping"))
             for event in batch:
                 if isinstance(event, Queued):
-                    out.append(sse.comment(f"queued position={event.position}"))
+                    out.append(sse.waiting(event.position, event.loading))
                 elif isinstance(event, Delta | Finished) and not opened:
                     opened = True
                     out.append(shape.opening())

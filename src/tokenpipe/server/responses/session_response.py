@@ -73,7 +73,7 @@ class SessionResponse(DoorResponse):
                 out.append(sse.comment("ping"))
             for event in batch:
                 if isinstance(event, Queued):
-                    out.append(sse.comment(f"queued position={event.position}"))
+                    out.append(sse.waiting(event.position, event.loading))
                     continue
                 if isinstance(event, Failed) and not opened and not headers_sent:
                     await error_response(event.error)(self._scope, no_receive, send)

@@ -80,7 +80,7 @@ class JsonConnection:
 
     async def run(self) -> None:
         await self.ws.accept(subprotocol=wire.PROTOCOL)
-        self.send(wire.hello(SERVER_NAME, self.runtime.models.names, self.runtime.limits()))
+        self.send(wire.hello(SERVER_NAME, self.runtime.models.states(), self.runtime.limits()))
         self.runtime.connections.add(self)
         log.debug("tokenpipe.v1 connection: frames %s", "written directly" if self.sink.direct
                   else "through the ASGI send")

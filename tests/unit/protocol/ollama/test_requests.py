@@ -101,7 +101,8 @@ def test_load_calls_stream_default_and_neutral_values() -> None:
     neutral = chat(tools=[], think=False, format="", logprobs=False, top_logprobs=0,
                    keep_alive="5m", truncate=True, shift=False)
     assert neutral.to_request("S") == chat().to_request("S")
-    assert chat(keep_alive=-1).keep_alive == -1
+    assert chat(keep_alive=-1).keep_alive_s == -1
+    assert chat(keep_alive="1h30m").keep_alive_s == 5400 and chat().keep_alive_s is None
     message = {"role": "assistant", "content": None, "images": [], "tool_calls": [],
                "thinking": "hmm"}
     assert chat(messages=[*USER, message]).to_request("S").messages[-1] == Message(

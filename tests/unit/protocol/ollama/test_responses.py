@@ -75,9 +75,13 @@ def test_listings_say_only_what_is_known() -> None:
     assert entry["name"] == entry["model"] == "m:latest"
     assert entry["modified_at"] == timestamp(since) == "2026-01-02T03:04:05.000000Z"
     assert (entry["size"], entry["digest"]) == (0, "")
-    ps = loaded_model("m:latest", "fake", 4096)
+    ps = loaded_model("m:latest", "fake", 4096, None)
     assert ps["context_length"] == 4096
     assert datetime.fromisoformat(ps["expires_at"]).year > 2300  # Ollama's "forever"
+    soon = loaded_model("m:latest", "fake", 4096, since.timestamp() + 300)
+    assert soon["expires_at"] == "2026-01-02T03:09:05.000000Z"  # its keep-alive's end
+    busy = loaded_model("m:latest", "fake", 4096, since.timestamp(), busy=True)
+    assert datetime.fromisoformat(busy["expires_at"]).year > 2300  # running: not counting
     info = shown("m:latest", "fake", 4096, since)
     assert info["parameters"] == "num_ctx 4096" and "FROM m:latest" in info["modelfile"]
     assert info["capabilities"] == ["completion"] and info["template"] == ""
