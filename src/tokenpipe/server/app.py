@@ -176,6 +176,7 @@ async def _load(runtime: Runtime, engine: Engine | None) -> None:
             eng, max_queue=settings.max_queue,
             default_max_tokens=settings.default_max_tokens_for(eng.info.model_id),
             max_prompt_tokens=settings.max_prompt_tokens, metrics=runtime.metrics,
+            sampling_defaults=settings.sampling_defaults_for(eng.info.model_id),
         )
         log.info("ready: engine=%s model=%s context=%d batch=%d", eng.info.name,
                  eng.info.model_id, eng.info.context_tokens, eng.info.max_batch)

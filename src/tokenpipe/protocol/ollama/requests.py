@@ -27,6 +27,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 from pydantic_core import PydanticCustomError
 
 from ...constrain.grammars import schema_text
+from ...sampling_defaults import given
 from ...types import GenerationRequest, Message, OutputFormat, SamplingParams, ToolCall
 from ..formats import ToolName, ToolSpec
 
@@ -114,6 +115,13 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+# Options' names -> SamplingParams' (for the fields a client gave)
+_CORE_NAMES = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
+               "min_p": "min_p", "stop": "stop", "seed": "seed",
+               "repeat_penalty": "repetition_penalty", "presence_penalty": "presence_penalty",
+               "frequency_penalty": "frequency_penalty"}
+
+
 class Options(_Body):
     """`options`: Ollama's names, the core's ranges."""
 
@@ -167,6 +175,7 @@ class Options(_Body):
             frequency_penalty=self.frequency_penalty or 0.0,
             seed=None if self.seed is None or self.seed < 0 else self.seed,  # -1: random
             stop=tuple(self.stop or ()),
+            given=given(self, _CORE_NAMES),
         )
 
 
