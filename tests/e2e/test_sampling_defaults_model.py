@@ -1,7 +1,7 @@
 """A model table's sampling defaults on the real bundled model, through the OpenAI door,
-tokenpipe.v1 and the plain mode: `cold` (temperature 0, a stop string) and `hot` (temperature
-1.5 with a seed) answer by their tables where a request leaves the field out, and a request
-that sets its own value has it."""
+tokenpipe.v1 and the plain mode: `cold` (temperature 0, a stop string), `hot` (temperature
+1.5 with a seed) and `tuned` (every other key) answer by their tables where a request leaves
+a field out, and a request that sets its own value has it."""
 
 from __future__ import annotations
 
@@ -32,7 +32,20 @@ stop = ["{STOP}"]
 source = "smollm2"
 temperature = 1.5
 seed = 11
+
+[models.tuned]
+source = "smollm2"
+temperature = 1.0
+seed = 3
+top_p = 0.9
+top_k = 20
+min_p = 0.02
+repetition_penalty = 1.3
+presence_penalty = 0.5
+frequency_penalty = 0.5
 """
+TUNED = {"top_p": 0.9, "top_k": 20, "min_p": 0.02, "repetition_penalty": 1.3,
+         "presence_penalty": 0.5, "frequency_penalty": 0.5}
 ASK = "Write one sentence about the sea."
 MESSAGES = [{"role": "user", "content": ASK}]
 N = 24
@@ -81,6 +94,13 @@ async def test_the_openai_door_answers_by_the_table_unless_the_request_says(
         assert await chat(client, "hot") == (seeded, "length")
         assert await streamed(client, "hot") == seeded
         assert (await chat(client, "hot", seed=12))[0] != seeded
+        # tuned's table: every other sampling key, as if the request had given them
+        plain, _ = await chat(client, "hot", temperature=1.0, seed=3)
+        tuned, _ = await chat(client, "hot", temperature=1.0, seed=3, **TUNED)
+        assert tuned != plain
+        assert (await chat(client, "tuned"))[0] == tuned
+        assert (await chat(client, "tuned", top_k=0, top_p=1, min_p=0, repetition_penalty=1,
+                           presence_penalty=0, frequency_penalty=0))[0] == plain
 
 
 async def test_tokenpipe_v1_and_the_plain_mode_answer_by_the_table(
