@@ -95,7 +95,7 @@ class InstalledServer(ServerProcess):
     """`tokenpipe serve` from an installed entry point, on a PATH without Node, in an empty
     folder, with nothing of the checkout in its environment."""
 
-    def __init__(self, command: list[str], path: str, workdir: Path,
+    def __init__(self, command: list[str], path: str, workdir: Path, *args: str,
                  **env: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -104,7 +104,7 @@ class InstalledServer(ServerProcess):
         self._log = self.log_path.open("wb")
         environ = clean_env(path, TOKENPIPE_RESPONSES_DB=str(workdir / "responses.sqlite3"),
                             **env)
-        self.proc = subprocess.Popen([*command, "serve", "--port", str(self.port)],
+        self.proc = subprocess.Popen([*command, "serve", "--port", str(self.port), *args],
                                      stdout=self._log, stderr=subprocess.STDOUT,
                                      env=environ, cwd=workdir)
 
@@ -207,7 +207,8 @@ def test_without_node_the_build_says_what_to_do_and_skip_ui_builds_without_it(
     run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
          "--disable-pip-version-check", "--target", str(target), str(bare)], timeout=300,
         env=clean_env(os.environ["PATH"]))
+    # the page needs no model: the fake engine starts at once
     with running(InstalledServer([str(venv / "bin" / "python"), "-m", "tokenpipe"], no_node,
-                                 tmp_path, PYTHONPATH=str(target))) as server:
+                                 tmp_path, "--engine", "fake", PYTHONPATH=str(target))) as server:
         page = httpx.get(server.url + "/", timeout=10)
         assert page.status_code == 200 and NO_UI in page.text
