@@ -25,7 +25,8 @@ def _skip_ui() -> bool:
     return os.environ.get("TOKENPIPE_SKIP_UI", "").strip().lower() in ("1", "true", "yes")
 
 
-def _check_node() -> tuple[str, str]:
+def _npm() -> str:
+    """npm, where Node is recent enough for the UI's build; else what to do."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
         raise SystemExit(f"error: {NEEDS} ({'node' if node is None else 'npm'} not found)")
@@ -34,14 +35,14 @@ def _check_node() -> tuple[str, str]:
     if numbers is None or tuple(map(int, numbers.groups())) < NODE_MIN:
         raise SystemExit(f"error: {NEEDS} (found Node {found or 'of unknown version'}; "
                          f"the UI needs {NODE_MIN[0]}.{NODE_MIN[1]} or later)")
-    return node, npm
+    return npm
 
 
 def build_ui() -> None:
     if not (WEB / "package.json").is_file():
         raise SystemExit(f"error: {WEB / 'package.json'} is missing; "
                          "set TOKENPIPE_SKIP_UI=1 to build without the web UI")
-    _, npm = _check_node()
+    npm = _npm()
     if not (WEB / "node_modules").is_dir():
         subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
                        cwd=WEB, check=True)
