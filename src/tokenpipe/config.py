@@ -136,6 +136,11 @@ class Settings:
         value = table.default("max_tokens") if table else None
         return self.default_max_tokens if value is None else int(value)
 
+    def sampling_defaults_for(self, model_id: str) -> dict[str, Any]:
+        """Its model table's sampling keys (temperature, stop, ...), for the Scheduler."""
+        table = self.model_config(model_id)
+        return dict(table.sampling) if table else {}
+
     def engine_options(self) -> EngineOptions:
         return EngineOptions(
             model=self.model,

@@ -19,6 +19,15 @@ SAMPLING: dict[str, str] = {
     "repetition_penalty": "float", "presence_penalty": "float",
     "frequency_penalty": "float", "seed": "int", "stop": "tuple", "max_tokens": "int",
 }
+# The core's ranges (tokenpipe.v1's), so a table cannot set what no request may: (low, high,
+# low excluded)
+RANGES: dict[str, tuple[float, float, bool]] = {
+    "temperature": (0, 2, False), "top_p": (0, 1, True), "top_k": (0, 2**31 - 1, False),
+    "min_p": (0, 1, False), "repetition_penalty": (0, 2, True),
+    "presence_penalty": (-2, 2, False), "frequency_penalty": (-2, 2, False),
+    "seed": (0, 2**63 - 1, False), "max_tokens": (1, 2**31 - 1, False),
+}
+MAX_STOP, MAX_STOP_CHARS = 16, 256  # as every door takes stop strings
 MODEL_KEYS: dict[str, str] = {
     "engine": "str", "source": "str", "context": "int", "parallel": "int", "threads": "int",
     "determinism": "str", "device": "str", "chat_template": "str", "keep_alive": "duration",
@@ -95,12 +104,29 @@ def _model(name: str, table: Any, where: _Where) -> ModelConfig:
                               + _suggest(key, MODEL_KEYS))
         checked = where.check(("models", name), key, value, kind)
         if key in SAMPLING:
+            problem = _out_of_range(key, checked)
+            if problem:
+                raise where.error(("models", name), key, problem)
             sampling.append((key, checked))
         elif key == "keep_alive":
             values["keep_alive_s"] = checked
         else:
             values[key] = checked
     return ModelConfig(name=name, sampling=tuple(sampling), **values)
+
+
+def _out_of_range(key: str, value: Any) -> str | None:
+    """What is wrong with a sampling default's value, or None."""
+    if key == "stop":
+        if len(value) > MAX_STOP or not all(0 < len(s) <= MAX_STOP_CHARS for s in value):
+            return (f"expected at most {MAX_STOP} strings of 1 to {MAX_STOP_CHARS} "
+                    f"characters, got {_shown(list(value))}")
+        return None
+    low, high, open_low = RANGES[key]
+    if (low < value <= high) if open_low else (low <= value <= high):
+        return None
+    wanted = f"more than {low} and at most {high}" if open_low else f"{low} to {high}"
+    return f"expected {wanted}, got {value!r}"
 
 
 def parse_duration(value: Any) -> float:

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from .constrain.tools import tool_call_splitter
 from .engines.base import Engine, PreparedRequest
@@ -28,6 +30,7 @@ from .errors import (
     TokenpipeError,
 )
 from .metrics import Metrics
+from .sampling_defaults import with_defaults
 from .session import Failed, GenerationSession
 from .text import ReasoningSplitter, StopMatcher
 from .types import EngineFinish, EngineStart, EngineText, FinishReason, GenerationRequest, Part
@@ -55,8 +58,11 @@ class Scheduler:
         default_max_tokens: int = 512,
         max_prompt_tokens: int | None = None,
         metrics: Metrics | None = None,
+        sampling_defaults: Mapping[str, Any] | None = None,
     ) -> None:
         self.engine = engine
+        # the model table's temperature, stop, ...: for each field a request leaves out
+        self.sampling_defaults = dict(sampling_defaults or {})
         self.max_running = max_running or engine.info.max_batch
         self.max_queue = max_queue
         self.default_max_tokens = default_max_tokens
@@ -104,6 +110,7 @@ class Scheduler:
         there too."""
         if self._closing:
             raise ShuttingDown("the server is shutting down")
+        request = self._with_defaults(request)
         self._check_max_tokens(request)
         prepared = None
         # a format's grammar may take the compiler up to a second the first time
@@ -112,6 +119,11 @@ class Scheduler:
             prepared = await asyncio.to_thread(self.engine.prepare, request,
                                                self.default_max_tokens)
         return self.submit(request, resumable=resumable, prepared=prepared, into=into)
+
+    def _with_defaults(self, request: GenerationRequest) -> GenerationRequest:
+        params = with_defaults(request.params, self.sampling_defaults)
+        return request if params is request.params else dataclasses.replace(request,
+                                                                             params=params)
 
     async def count_tokens(self, request: GenerationRequest) -> int:
         """The prompt's tokens as start() counts them (the engine's template, then its
@@ -135,6 +147,7 @@ class Scheduler:
         if self._closing:
             raise ShuttingDown("the server is shutting down")
         if prepared is None:
+            request = self._with_defaults(request)
             self._check_max_tokens(request)
             prepared = self.engine.prepare(request, self.default_max_tokens)
         if self.max_prompt_tokens is not None and prepared.prompt_tokens > self.max_prompt_tokens:

@@ -53,7 +53,8 @@ class ToolChoice:
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
-    """Sampling settings. `max_tokens=None` means the server's default."""
+    """Sampling settings. `max_tokens=None` means the server's default. `given`: the fields
+    the client set (the rest are its door's defaults, which a model's table may replace)."""
 
     max_tokens: int | None = None
     temperature: float = 0.0
@@ -65,6 +66,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    given: frozenset[str] = field(default=frozenset(), compare=False)
 
     @property
     def greedy(self) -> bool:

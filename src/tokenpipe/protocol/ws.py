@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from pydantic_core import PydanticCustomError
 
 from ..errors import BadRequest, MaxTokensAboveLimit, TokenpipeError
+from ..sampling_defaults import FIELDS, given
 from ..types import (
     Delta,
     Event,
@@ -93,6 +94,7 @@ class Params(_Frame):
             frequency_penalty=self.frequency_penalty,
             seed=self.seed,
             stop=tuple(self.stop),
+            given=given(self, FIELDS),
         )
 
 

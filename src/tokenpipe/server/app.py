@@ -194,7 +194,8 @@ def _scheduler(runtime: Runtime, name: str, engine: Engine) -> Scheduler:
     settings = runtime.settings
     return Scheduler(engine, max_queue=settings.max_queue,
                      default_max_tokens=settings.default_max_tokens_for(name),
-                     max_prompt_tokens=settings.max_prompt_tokens, metrics=runtime.metrics)
+                     max_prompt_tokens=settings.max_prompt_tokens, metrics=runtime.metrics,
+                     sampling_defaults=settings.sampling_defaults_for(name))
 
 
 async def _shutdown(runtime: Runtime) -> None:

@@ -34,6 +34,7 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from ...constrain.grammars import schema_text
+from ...sampling_defaults import given
 from ...types import GenerationRequest, Message, SamplingParams, Tool, ToolChoice
 from ..formats import ToolName
 from .blocks import ASSISTANT_ONLY, check_text, parse_content, text_of, turns
@@ -314,6 +315,8 @@ class MessagesRequest(_Prompt):
             top_p=1.0 if self.top_p is None else self.top_p,
             top_k=self.top_k or 0,
             stop=tuple(self.stop_sequences or ()),
+            given=given(self, {"temperature": "temperature", "top_p": "top_p",
+                               "top_k": "top_k", "stop_sequences": "stop"}),
         )
         return self._request(params)
 

@@ -29,6 +29,7 @@ from pydantic_core import PydanticCustomError
 
 from ...config_file import parse_duration
 from ...constrain.grammars import schema_text
+from ...sampling_defaults import given
 from ...types import GenerationRequest, Message, OutputFormat, SamplingParams, ToolCall
 from ..formats import ToolName, ToolSpec
 
@@ -119,6 +120,13 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+# Options' names -> SamplingParams' (for the fields a client gave)
+_CORE_NAMES = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
+               "min_p": "min_p", "stop": "stop", "seed": "seed",
+               "repeat_penalty": "repetition_penalty", "presence_penalty": "presence_penalty",
+               "frequency_penalty": "frequency_penalty"}
+
+
 class Options(_Body):
     """`options`: Ollama's names, the core's ranges."""
 
@@ -172,6 +180,7 @@ class Options(_Body):
             frequency_penalty=self.frequency_penalty or 0.0,
             seed=None if self.seed is None or self.seed < 0 else self.seed,  # -1: random
             stop=tuple(self.stop or ()),
+            given=given(self, _CORE_NAMES),
         )
 
 

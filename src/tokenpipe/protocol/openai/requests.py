@@ -33,6 +33,7 @@ from pydantic.config import JsonDict
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
+from ...sampling_defaults import FIELDS, given
 from ...types import GenerationRequest, Message, OutputFormat, SamplingParams, ToolCall
 from ..formats import (
     MessageToolCall,
@@ -163,6 +164,7 @@ class _Sampling(_Body):
             frequency_penalty=self.frequency_penalty or 0.0,
             seed=None if self.seed is None else self.seed % 2**63,
             stop=tuple(self.stop or ()),
+            given=given(self, FIELDS),
         )
 
 

@@ -31,6 +31,7 @@ from pydantic import (
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
+from ...sampling_defaults import given
 from ...types import GenerationRequest, Message, OutputFormat, SamplingParams
 from ..formats import JsonSchemaSpec, ResponseFormat
 
@@ -293,6 +294,7 @@ class ResponsesRequest(_Body):
             temperature=1.0 if self.temperature is None else self.temperature,
             top_p=1.0 if self.top_p is None else self.top_p,
             seed=None if self.seed is None else self.seed % 2**63,
+            given=given(self, ("temperature", "top_p", "seed")),
         )
         return GenerationRequest(messages=messages, params=params, model=self.model,
                                  format=self.format)
