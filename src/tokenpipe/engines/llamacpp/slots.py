@@ -14,6 +14,7 @@ import llama_cpp as lc
 
 from ...constrain import Guide
 from ...text import Utf8Decoder
+from ...types import TokenLogprob
 from ..base import PreparedRequest
 
 SHARE_MIN = 32  # copy a prompt prefix from another sequence when it saves this many tokens
@@ -41,6 +42,7 @@ class Seq:
     donor: Seq | None = None  # a running sequence whose prompt prefix this one will copy
     share: int = 0  # how many prompt tokens it copies from the donor
     cached: int = 0  # prompt tokens taken from a cache (its slot's or a donor's)
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # until their text is whole
 
 
 class Slots:

@@ -5,27 +5,32 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel
 
-from ...types import Delta, Usage
+from ...types import Delta, TokenLogprob, Usage
 from .. import sse
 from .responses import (
     AssistantMessage,
     ChatChoice,
     ChatCompletion,
     ChatCompletionChunk,
+    ChoiceLogprobs,
     ChunkChoice,
     ChunkDelta,
     Completion,
+    CompletionLogprobs,
     CompletionTokensDetails,
     FunctionCall,
     FunctionDelta,
     PromptTokensDetails,
     TextChoice,
+    TokenLogprobOut,
     ToolCallDelta,
     ToolCallOut,
+    TopLogprob,
     UsageInfo,
     now,
 )
@@ -58,13 +63,36 @@ def _fill(around: tuple[bytes, bytes], text: str) -> bytes:
     return around[0] + json.dumps(text, ensure_ascii=False).encode() + around[1]
 
 
-class ChatRender:
-    """chat.completion / chat.completion.chunk objects of one answer."""
+def chat_logprobs(entries: Iterable[TokenLogprob]) -> ChoiceLogprobs:
+    """A chat choice's (or chunk's) `logprobs` object."""
+    return ChoiceLogprobs(content=[TokenLogprobOut(
+        token=e.token, logprob=e.logprob, bytes=list(e.data),
+        top_logprobs=[TopLogprob(token=t, logprob=lp, bytes=list(b)) for t, lp, b in e.top])
+        for e in entries])
 
-    def __init__(self, model: str) -> None:
+
+def completion_logprobs(entries: Iterable[TokenLogprob]) -> CompletionLogprobs:
+    """A text completion's (or chunk's) `logprobs` object."""
+    listed = list(entries)
+    return CompletionLogprobs(tokens=[e.token for e in listed],
+                              token_logprobs=[e.logprob for e in listed],
+                              top_logprobs=[{t: lp for t, lp, _ in e.top} for e in listed],
+                              text_offset=[e.offset for e in listed])
+
+
+def _entries(deltas: list[Delta]) -> Iterable[TokenLogprob]:
+    return (e for d in deltas if d.channel == "content" for e in d.logprobs)
+
+
+class ChatRender:
+    """chat.completion / chat.completion.chunk objects of one answer; `scored`: the
+    request asked for logprobs (its content chunks carry them)."""
+
+    def __init__(self, model: str, *, scored: bool = False) -> None:
         self.head: dict[str, Any] = {"id": "chatcmpl-" + secrets.token_hex(12),
                                      "created": now(), "model": model}
         self._around: tuple[bytes, bytes] | None = None
+        self.scored = scored
 
     def _chunk(self, choice: ChunkChoice | None, usage: Usage | None = None) -> bytes:
         return sse.data(ChatCompletionChunk(
@@ -78,6 +106,11 @@ class ChatRender:
         if self._around is None:
             self._around = _template(self._chunk(ChunkChoice(delta=ChunkDelta(content=_MARK))))
         return _fill(self._around, text)
+
+    def scored_delta(self, delta: Delta) -> bytes:
+        """A content delta with the logprobs of the tokens its text completes."""
+        return self._chunk(ChunkChoice(delta=ChunkDelta(content=delta.text),
+                                       logprobs=chat_logprobs(delta.logprobs)))
 
     def part(self, delta: Delta) -> bytes:
         """A delta of a channel other than content: reasoning, or a tool call's start or
@@ -103,8 +136,9 @@ class ChatRender:
         message = AssistantMessage(content=None if calls and not text else text,
                                    tool_calls=calls or None, reasoning_content=thought,
                                    reasoning=thought)
+        scores = chat_logprobs(_entries(deltas)) if self.scored else None
         return ChatCompletion(**self.head, usage=usage_info(usage), choices=[ChatChoice(
-            message=message, finish_reason=reason)])  # type: ignore[arg-type]
+            message=message, logprobs=scores, finish_reason=reason)])  # type: ignore[arg-type]
 
 
 def tool_calls(deltas: list[Delta]) -> list[ToolCallOut]:
@@ -123,10 +157,11 @@ def tool_calls(deltas: list[Delta]) -> list[ToolCallOut]:
 class CompletionRender:
     """text_completion objects of one answer (streamed chunks have the same shape)."""
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, *, scored: bool = False) -> None:
         self.head: dict[str, Any] = {"id": "cmpl-" + secrets.token_hex(12),
                                      "created": now(), "model": model}
         self._around: tuple[bytes, bytes] | None = None
+        self.scored = scored
 
     def _chunk(self, choices: list[TextChoice], usage: Usage | None = None) -> bytes:
         return sse.data(Completion(**self.head, choices=choices,
@@ -140,6 +175,10 @@ class CompletionRender:
             self._around = _template(self._chunk([TextChoice(text=_MARK)]))
         return _fill(self._around, text)
 
+    def scored_delta(self, delta: Delta) -> bytes:
+        return self._chunk([TextChoice(text=delta.text,
+                                       logprobs=completion_logprobs(delta.logprobs))])
+
     def finish(self, reason: str) -> bytes:
         return self._chunk([TextChoice(text="", finish_reason=reason)])  # type: ignore[arg-type]
 
@@ -151,8 +190,9 @@ class CompletionRender:
 
     def whole(self, deltas: list[Delta], reason: str, usage: Usage) -> BaseModel:
         text = "".join(d.text for d in deltas if d.channel == "content")
+        scores = completion_logprobs(_entries(deltas)) if self.scored else None
         return Completion(**self.head, usage=usage_info(usage), choices=[TextChoice(
-            text=text, finish_reason=reason)])  # type: ignore[arg-type]
+            text=text, logprobs=scores, finish_reason=reason)])  # type: ignore[arg-type]
 
 
 Shape = ChatRender | CompletionRender  # the OpenAI objects of one answer

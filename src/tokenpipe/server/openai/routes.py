@@ -186,7 +186,7 @@ async def start(runtime: Runtime, body: Body, render: Render) -> Response:
     except TokenpipeError as exc:  # in the names this client sent
         return error_response(exc, {"max_tokens": body.max_tokens_param})
     return SessionResponse(
-        session, render(session.model), stream=bool(body.stream),
+        session, render(session.model, scored=body.wants_logprobs), stream=bool(body.stream),
         include_usage=body.include_usage, ping_s=runtime.settings.sse_ping_interval_s)
 
 
