@@ -6,6 +6,7 @@ and a client that asked for none sees no logprobs."""
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from typing import Any
 
@@ -151,7 +152,6 @@ def test_completion_logprobs_streamed_equal_whole(model_server: ServerProcess) -
                       json={**body, "stream": True}) as r:
         for line in r.iter_lines():
             if line.startswith("data: {"):
-                import json
                 piece = json.loads(line[6:])["choices"][0]["logprobs"]
                 for key in merged:
                     merged[key] += (piece or {}).get(key, [])

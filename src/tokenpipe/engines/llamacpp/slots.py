@@ -1,7 +1,8 @@
 """The KV cache's slots: each of `parallel` sequences owns one, and keeps its cells after it
 ends, so the next request whose prompt shares a prefix with a slot's cache (the next turn
 of a chat, the same system prompt) skips that prefix; a prompt that shares a clearly
-longer prefix with a running sequence copies that sequence's cells instead."""
+longer prefix with a running sequence (or the very same prompt: the choices of a request
+with `n`) copies that sequence's cells instead."""
 
 from __future__ import annotations
 
@@ -79,10 +80,13 @@ class Slots:
         self.reused_tokens += common
         seq.slot, seq.n_past, seq.todo = best, common, seq.prompt[common:]
         seq.cached = common
-        donor, share = None, common + SHARE_MIN
+        donor, share = None, 0
         for other in active:
             shared = min(_common_prefix(other.prompt, seq.prompt), limit)
-            if shared >= share:
+            # a clearly longer prefix, or the very same prompt (the choices of a request
+            # with n: however short, it is decoded once)
+            least = common + (1 if other.prompt == seq.prompt else SHARE_MIN)
+            if shared >= least and shared > share:
                 donor, share = other, shared
         if donor is not None:
             seq.donor, seq.share = donor, share

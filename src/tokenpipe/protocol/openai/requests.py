@@ -7,9 +7,10 @@ user who relies on the answer meaning what they asked.
   (constrain/).
 - `logprobs` (chat: `logprobs` + `top_logprobs` 0-20; completions: `logprobs` 0-20,
   OpenAI allows 5) are the engine's own (protocol.md section 3).
-- OpenAI features this server cannot honour (`functions`, `n` > 1, `audio`, ...) are
-  refused with 400 naming the parameter (code `unsupported_parameter` /
-  `unsupported_value`), never silently ignored; their neutral values (`n: 1`, ...) pass.
+- `n` choices up to the server's `--max-n` (the door checks it: server/openai/choices.py).
+- OpenAI features this server cannot honour (`functions`, `audio`, ...) are refused with
+  400 naming the parameter (code `unsupported_parameter` / `unsupported_value`), never
+  silently ignored; their neutral values (`functions: []`, ...) pass.
 - Fields the official SDKs send that do not change the answer (`user`, `metadata`, `store`,
   `service_tier`, `parallel_tool_calls`, `prompt_cache_key`, `safety_identifier`) are
   accepted and ignored.
@@ -112,7 +113,9 @@ class _Sampling(_Body):
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
     stop: StopField = None
-    n: int | None = Field(default=None, ge=1, description="Only 1.")
+    n: int | None = Field(default=None, ge=1, description="Choices, up to the server's "
+                          "--max-n (8): one prompt decoded once; with a seed, choice i "
+                          "uses seed + i.")
     response_format: ResponseFormat | None = Field(
         default=None, description="text, json_object or json_schema: the answer is "
         "generated under the schema's grammar, so it parses and validates (unless "
@@ -126,13 +129,6 @@ class _Sampling(_Body):
     service_tier: str | None = Field(default=None, description="Accepted and ignored.")
     prompt_cache_key: str | None = Field(default=None, description="Accepted and ignored.")
     safety_identifier: str | None = Field(default=None, description="Accepted and ignored.")
-
-    @field_validator("n")
-    @classmethod
-    def _one_choice(cls, n: int | None) -> int | None:
-        if n is not None and n > 1:
-            _unsupported(n, "n > 1 is not supported: ask once per answer")
-        return n
 
     @model_validator(mode="after")
     def _options_need_stream(self) -> _Sampling:
