@@ -2,11 +2,11 @@
 
     python scripts/bench_choices.py --url http://127.0.0.1:8000 -n 4 --rounds 4
 
-Each round sends one request with `n` choices, then `n` separate requests at once (the
-same prompt, seeds seed+i: the same answers), each with a prompt no cache holds (a fresh
-tag), and reports the wall time of each, the server's prompt tokens copied
-(tokenpipe_prompt_tokens_shared_total) and the completion tokens. Bounded: rounds x 2
-requests, a timeout each.
+Each round sends one request with `n` choices, then `n` separate requests of one prompt at
+once (seeds seed+i), then `n` separate requests of n different prompts of the same length;
+every prompt is one no cache holds (a fresh tag). It reports the wall time of each, the
+server's prompt tokens copied (tokenpipe_prompt_tokens_shared_total) and the completion
+tokens. Bounded: rounds x 3 runs, a timeout per request.
 """
 
 from __future__ import annotations
@@ -37,16 +37,24 @@ async def one(client: httpx.AsyncClient, url: str, body: dict[str, object]) -> i
     return int(r.json()["usage"]["completion_tokens"])
 
 
-async def run(url: str, n: int, max_tokens: int, together: bool) -> tuple[float, int]:
-    body = {"messages": [{"role": "user", "content": PROMPT.format(tag=secrets.token_hex(6))}],
-            "max_tokens": max_tokens, "temperature": 0.8, "seed": 1}
+def ask(max_tokens: int, seed: int) -> dict[str, object]:
+    return {"messages": [{"role": "user", "content": PROMPT.format(tag=secrets.token_hex(6))}],
+            "max_tokens": max_tokens, "temperature": 0.8, "seed": seed}
+
+
+async def run(url: str, n: int, max_tokens: int, kind: str) -> tuple[float, int]:
+    """kind n: one request with n choices; separate: n requests of one prompt at once;
+    unshared: n requests at once, each its own prompt of the same length (nothing to share:
+    what the prompt costs n times)."""
+    body = ask(max_tokens, 1)
     async with httpx.AsyncClient() as client:
         start = time.perf_counter()
-        if together:
+        if kind == "n":
             tokens = await one(client, url, {**body, "n": n})
         else:
-            tokens = sum(await asyncio.gather(*(one(client, url, {**body, "seed": 1 + i})
-                                                for i in range(n))))
+            bodies = [{**body, "seed": 1 + i} if kind == "separate" else ask(max_tokens, 1 + i)
+                      for i in range(n)]
+            tokens = sum(await asyncio.gather(*(one(client, url, b) for b in bodies)))
         return time.perf_counter() - start, tokens
 
 
@@ -57,19 +65,19 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=4)
     args = ap.parse_args()
-    times: dict[str, list[float]] = {"n": [], "separate": []}
+    times: dict[str, list[float]] = {"n": [], "separate": [], "unshared": []}
     with httpx.Client() as sync:
         for _ in range(args.rounds):
-            for kind in ("n", "separate"):
+            for kind in times:
                 before = shared(sync, args.url)
-                wall, tokens = asyncio.run(run(args.url, args.n, args.max_tokens,
-                                               kind == "n"))
+                wall, tokens = asyncio.run(run(args.url, args.n, args.max_tokens, kind))
                 times[kind].append(wall)
                 print(f"{kind:9} {wall * 1000:8.0f} ms  {tokens} completion tokens  "
                       f"{shared(sync, args.url) - before:.0f} prompt tokens copied")
-    a, b = statistics.median(times["n"]), statistics.median(times["separate"])
-    print(f"median: n={args.n} {a * 1000:.0f} ms, {args.n} separate {b * 1000:.0f} ms, "
-          f"ratio {b / a:.2f}x")
+    a, b, c = (statistics.median(times[k]) for k in ("n", "separate", "unshared"))
+    print(f"median: n={args.n} {a * 1000:.0f} ms; {args.n} separate, one prompt "
+          f"{b * 1000:.0f} ms ({b / a:.2f}x); {args.n} separate prompts {c * 1000:.0f} ms "
+          f"({c / a:.2f}x)")
 
 
 if __name__ == "__main__":
