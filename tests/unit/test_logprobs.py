@@ -25,6 +25,7 @@ from tokenpipe.types import (
     Message,
     SamplingParams,
     TokenLogprob,
+    Tool,
     Usage,
 )
 
@@ -47,20 +48,23 @@ class Scripted(FakeEngine):
     pieces: Sequence[str] = ()
     logprobs = True
 
+    def check_output(self, request: GenerationRequest) -> None:
+        pass  # the pieces are scripted: nothing to constrain
+
     async def stream(self, prepared: PreparedRequest) -> AsyncIterator[EngineEvent]:
         yield EngineStart(1)
         for i, piece in enumerate(self.pieces):
             entry = TokenLogprob(piece, -float(i), piece.encode())
             yield EngineText(piece, logprobs=(entry,))
-        yield EngineFinish(FinishReason.LENGTH, Usage(1, len(self.pieces)))
+        yield EngineFinish(FinishReason.STOP, Usage(1, len(self.pieces)))
 
 
 async def run(pieces: Sequence[str], *, stop: tuple[str, ...] = (), reasoning: bool = False,
-              merge: bool = False) -> tuple[list[Delta], Finished]:
+              merge: bool = False, tools: tuple[Tool, ...] = ()) -> tuple[list[Delta], Finished]:
     engine = Scripted.from_options(EngineOptions(context_size=4096))
     engine.pieces = pieces
     request = GenerationRequest(messages=(Message("user", "hi"),), split_reasoning=reasoning,
-                                params=SamplingParams(stop=stop, logprobs=0))
+                                params=SamplingParams(stop=stop, logprobs=0), tools=tools)
     session = Scheduler(engine).submit(request)
     await session.done.wait()
     events = session.cursor().poll(merge=merge)
@@ -110,3 +114,13 @@ async def test_merged_deltas_carry_the_same_logprobs_in_order() -> None:
     flat = [(e.token, e.logprob, e.offset) for d in apart for e in d.logprobs]
     assert flat == [(e.token, e.logprob, e.offset) for d in together for e in d.logprobs]
     assert [t for t, _, _ in flat] == pieces
+
+
+async def test_a_tool_calls_tokens_are_not_content_logprobs() -> None:
+    call = ['<tool_call>\n{"name": "', 'f", "arguments": ', '{"x": 1}', '}\n</tool_call>']
+    deltas, final = await run(call, tools=(Tool("f"),))
+    assert final.reason is FinishReason.TOOL_CALLS
+    assert [d.channel for d in deltas] == ["tool_call"] * len(deltas)
+    assert all(not d.logprobs for d in deltas)
+    deltas, _ = await run(["Just", " text"], tools=(Tool("f"),))
+    assert shown(deltas) == [("Just", ["Just"]), (" text", [" text"])]
