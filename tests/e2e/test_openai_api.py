@@ -185,8 +185,6 @@ def test_openapi_documents_bodies_json_and_sse(fake_server: ServerProcess) -> No
     ({"messages": USER, "n": 9}, "n", "bad_request"),  # above --max-n (8)
     ({"messages": USER, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools",
      "bad_request"),  # the fake engine cannot constrain its output to tool calls
-    ({"messages": USER, "logprobs": True}, "logprobs",
-     "bad_request"),  # the fake engine does not compute logprobs
     ({"messages": USER, "response_format": {"type": "json_object"}}, "response_format",
      "bad_request"),  # the fake engine cannot constrain its output
     ({"messages": USER, "surprise": 1}, "surprise", "unknown_parameter"),
