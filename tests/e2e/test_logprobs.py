@@ -183,3 +183,25 @@ def _decodes(data: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+def test_the_transformers_engine_gives_them_through_the_same_path(
+        live_server: Any) -> None:
+    """The same door, scheduler and alignment over the transformers engine (the bundled
+    GGUF loaded through transformers): streamed equal whole, one entry per token."""
+    pytest.importorskip("transformers")
+    url = live_server("--engine", "transformers", "--model", str(bundled_model_path()),
+                      "--parallel", "1")
+    client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+    ask: dict[str, Any] = {"model": client.models.list().data[0].id, "messages": COLORS,
+                           "max_tokens": 12, "temperature": 0, "logprobs": True,
+                           "top_logprobs": 2}
+    whole = client.chat.completions.create(**ask)
+    content = whole.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert whole.usage is not None and content
+    assert len(content) == whole.usage.completion_tokens
+    assert all(e.top_logprobs[0].token == e.token and e.logprob <= 0 for e in content)
+    streamed = [e for chunk in client.chat.completions.create(**ask, stream=True)
+                if chunk.choices and chunk.choices[0].logprobs
+                for e in chunk.choices[0].logprobs.content or ()]
+    assert [e.model_dump() for e in streamed] == [e.model_dump() for e in content]
