@@ -204,3 +204,41 @@ async def test_formatted_and_free_streams_side_by_side(engine: Engine) -> None:
     alone = [(await run(engine, r))[0] for r in requests]
     assert together == alone
     assert json.loads(together[2]) in ("yes", "no")
+
+
+async def test_logprobs_are_the_engines_own_or_refused(engine: Engine) -> None:
+    """Greedy with logprobs: one entry per answer token (with the text that completes it),
+    the chosen token the likeliest, log-probabilities of a distribution; the bytes of the
+    tokens are the answer. Under a format, every alternative is one the grammar allows
+    (none at -inf). An engine without logprobs refuses, naming the parameter."""
+    request = chat("Name three colors.", max_tokens=16, logprobs=3)
+    if not engine.logprobs:
+        with pytest.raises(BadRequest) as refused:
+            engine.prepare(request, 64)
+        assert refused.value.param == "logprobs"
+        return
+    events = [e async for e in engine.stream(engine.prepare(request, 64))]
+    texts = [e for e in events if isinstance(e, EngineText)]
+    entries = [x for e in texts for x in e.logprobs]
+    finish = events[-1]
+    assert isinstance(finish, EngineFinish)
+    generated = finish.usage.completion_tokens - (finish.reason is FinishReason.STOP)
+    assert len(entries) == generated  # the end token is not part of the answer
+    for e in entries:
+        assert e.logprob <= 0.0 and len(e.top) == 3
+        assert e.top[0][0] == e.token and e.top[0][1] == pytest.approx(e.logprob)
+        assert [lp for _, lp, _ in e.top] == sorted((lp for _, lp, _ in e.top), reverse=True)
+        assert sum(2.718281828 ** lp for _, lp, _ in e.top) <= 1.0 + 1e-6
+    text = "".join(e.text for e in texts)
+    assert b"".join(e.data for e in entries).decode() == text
+    for e in texts:  # each piece's entries spell the piece
+        assert b"".join(x.data for x in e.logprobs).decode() == e.text
+    if engine.info.name in CONSTRAINED:
+        shaped = dataclasses.replace(formatted("Is water wet?", {"enum": ["yes", "no"]},
+                                               max_tokens=10), params=SamplingParams(
+                                                   max_tokens=10, logprobs=5))
+        events = [e async for e in engine.stream(engine.prepare(shaped, 64))]
+        first = next(e for e in events if isinstance(e, EngineText) and e.logprobs)
+        allowed = {t for t, _, _ in first.logprobs[0].top}
+        assert allowed and all(("yes".startswith(t.strip('"')) or "no".startswith(
+            t.strip('"'))) for t in allowed), allowed

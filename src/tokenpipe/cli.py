@@ -60,6 +60,8 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--max-frames-per-second", type=float, help="per connection; 0 = no limit")
     p.add_argument("--max-connections-per-client", type=int, help="open /ws per address")
     p.add_argument("--max-prompt-tokens", type=int, help="longest prompt accepted")
+    p.add_argument("--max-n", type=int, help="most choices (n) one OpenAI request may ask "
+                   "for (default 8)")
     p.add_argument("--resume-grace-s", type=float, help="how long a resumable stream waits")
     p.add_argument("--shutdown-grace-s", type=float, help="how long shutdown lets streams end")
     p.add_argument("--responses-db",

@@ -58,6 +58,7 @@ class Settings:
     max_frames_per_second: float = 100.0
     max_connections_per_client: int = 256
     max_prompt_tokens: int | None = None  # default: what the context allows
+    max_n: int = 8  # most choices (`n`) one OpenAI request may ask for
     slow_client_timeout_s: float = 30.0
     resume_grace_s: float = 30.0
     shutdown_grace_s: float = 10.0

@@ -97,11 +97,17 @@ class EngineCounters:
         restarts = CounterMetricFamily(
             "tokenpipe_engine_restarts", "Times an engine recovered from a fault by itself "
             "(a fresh context and loop, the model kept loaded)", labels=["model"])
+        shared = CounterMetricFamily(
+            "tokenpipe_prompt_tokens_shared", "Prompt tokens copied from another running "
+            "sequence (llama.cpp: a shared prefix, the choices of a request with n), not "
+            "decoded again", labels=["model"])
         for model, engine in self.engines.items():
             failures.add_metric([model], getattr(engine, "failures", 0))
             restarts.add_metric([model], getattr(engine, "restarts", 0))
+            shared.add_metric([model], getattr(engine, "shared_prefix_tokens", 0))
         yield failures
         yield restarts
+        yield shared
 
 
 def _task_count() -> int:

@@ -29,6 +29,7 @@ from .errors import (
     ShuttingDown,
     TokenpipeError,
 )
+from .logprobs import LogprobAligner, attach
 from .metrics import Metrics
 from .sampling_defaults import with_defaults
 from .session import Failed, GenerationSession
@@ -308,19 +309,24 @@ class Scheduler:
         if request.tools:
             split = tool_call_splitter()
 
+        # Logprobs asked: content goes through the aligner, which wraps the stop matcher
+        # and knows which tokens the released text completes.
+        aligner = LogprobAligner(stop) if request.params.logprobs is not None else None
+        stop_feed = stop.feed if aligner is None else aligner.feed
+
         def route(pieces: list[str | Part]) -> list[str | Part]:
             if split is not None:
                 pieces = [q for p in pieces
                           for q in (split.feed(p) if isinstance(p, str) else [p])]
-            return [stop.feed(p) if isinstance(p, str) else p for p in pieces]
+            return [stop_feed(p) if isinstance(p, str) else p for p in pieces]
 
         def flushed() -> list[str | Part]:
             pieces = route(reason.flush()) if reason is not None else []
             if split is not None:
                 pieces += route(split.flush())
-            return [*pieces, stop.flush()]
+            return [*pieces, stop.flush() if aligner is None else aligner.flush()]
 
-        plain = reason is None and split is None
+        plain = reason is None and split is None and aligner is None
         # No prompt_ids: the engine counts the prompt elsewhere (openai: the upstream)
         session.mark_started(prepared.prompt_tokens or None)
         stream = self.engine.stream(prepared)
@@ -337,10 +343,14 @@ class Scheduler:
                     if plain:
                         session.add_text(stop.feed(event.text), event.tokens)
                     else:
+                        if aligner is not None:
+                            aligner.engine_text(event.text, event.logprobs)
                         pieces = route(reason.feed(event.text) if reason is not None
                                        else [event.text])
                         if reason is not None and (reason.thinking or _reasoned(pieces)):
                             session.reasoning_tokens += event.tokens
+                        if aligner is not None:
+                            pieces = attach(pieces, aligner.take(stop.stopped))
                         session.add_pieces(pieces, event.tokens)
                     if stop.stopped:
                         session.finish(FinishReason.STOP, stop.matched)
@@ -353,7 +363,10 @@ class Scheduler:
                     if plain:
                         session.add_text(stop.flush(), 0)
                     else:
-                        session.add_pieces(flushed(), 0)
+                        pieces = flushed()
+                        if aligner is not None:
+                            pieces = attach(pieces, aligner.take(True))
+                        session.add_pieces(pieces, 0)
                         if split is not None and split.calls and finish is FinishReason.STOP:
                             finish = FinishReason.TOOL_CALLS
                     session.finish(finish)

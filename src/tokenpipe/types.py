@@ -66,6 +66,8 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    # each answer token's log-probability, with this many alternatives (0-20); None: none
+    logprobs: int | None = None
     given: frozenset[str] = field(default=frozenset(), compare=False)
 
     @property
@@ -133,6 +135,20 @@ class Timing:
     tokens_per_s: float | None
 
 
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One answer token's log-probability (log-softmax of the engine's logits for that step,
+    after the output format's mask: docs/protocol.md), its bytes (`data`), the `top`
+    alternatives as (token, logprob, bytes), best first, and `offset`: where its text
+    starts in the answer (set by the scheduler; 0 as the engine makes it)."""
+
+    token: str
+    logprob: float
+    data: bytes
+    top: tuple[tuple[str, float, bytes], ...] = ()
+    offset: int = 0
+
+
 # What an engine yields: text pieces (never a split UTF-8 character; may be empty when a
 # token produced only part of a character), then exactly one EngineFinish.
 @dataclass(frozen=True, slots=True)
@@ -144,6 +160,8 @@ class EngineStart:
 class EngineText:
     text: str
     tokens: int = 1
+    # the tokens whose text this piece completes (only when the request asked for them)
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,13 +202,15 @@ class Part:
     index: int = 0
     call_id: str | None = None
     name: str | None = None
+    logprobs: tuple[TokenLogprob, ...] = ()  # content: the tokens whose text this carries
 
 
 @dataclass(frozen=True, slots=True)
 class Delta:
     """The answer's next text. Content unless `channel` says otherwise; a `tool_call`
     delta's `index` names the call, and the call's first delta has its `call_id` and
-    `name` (its text may be empty)."""
+    `name` (its text may be empty). `logprobs`: the tokens whose text this delta carries,
+    only when the request asked for them."""
 
     seq: int
     text: str
@@ -198,6 +218,7 @@ class Delta:
     index: int = 0
     call_id: str | None = None
     name: str | None = None
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -182,10 +182,9 @@ def test_openapi_documents_bodies_json_and_sse(fake_server: ServerProcess) -> No
     ({"messages": USER, "temperature": 3}, "temperature", "decimal_above_max_value"),
     ({"messages": USER, "temperature": "warm"}, "temperature", "invalid_type"),
     ({"messages": USER, "max_tokens": -1}, "max_tokens", "integer_below_min_value"),
-    ({"messages": USER, "n": 2}, "n", "unsupported_value"),
+    ({"messages": USER, "n": 9}, "n", "bad_request"),  # above --max-n (8)
     ({"messages": USER, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools",
      "bad_request"),  # the fake engine cannot constrain its output to tool calls
-    ({"messages": USER, "logprobs": True}, "logprobs", "unsupported_parameter"),
     ({"messages": USER, "response_format": {"type": "json_object"}}, "response_format",
      "bad_request"),  # the fake engine cannot constrain its output
     ({"messages": USER, "surprise": 1}, "surprise", "unknown_parameter"),

@@ -31,7 +31,7 @@ from tests.test_engine_contract import (
 )
 from tokenpipe.engines.base import Engine
 from tokenpipe.engines.openai import OpenAIEngine
-from tokenpipe.errors import ContextOverflow
+from tokenpipe.errors import BadRequest, ContextOverflow
 from tokenpipe.types import GenerationRequest
 
 pytestmark = pytest.mark.e2e
@@ -88,3 +88,11 @@ async def test_context_overflow_is_refused(engine: Engine) -> None:
     too_long = engine.prepare(GenerationRequest(prompt="word " * (CONTEXT + 10)), 64)
     with pytest.raises(ContextOverflow):
         await run(engine, too_long.request)
+
+
+async def test_logprobs_are_refused_naming_them(engine: Engine) -> None:
+    """The openai engine does not pass logprobs upstream yet: a 400 naming them, not an
+    answer without them."""
+    with pytest.raises(BadRequest) as refused:
+        engine.prepare(chat("Hi.", max_tokens=4, logprobs=2), 64)
+    assert refused.value.param == "logprobs"

@@ -39,7 +39,8 @@ class ServerError(Exception):
 
 class Generation:
     """One generation: iterate it for text pieces (the answer's content); `start`, `end`
-    and `deltas` hold frames; `tool_calls` the calls it made (with `tools` in params)."""
+    and `deltas` hold frames; `tool_calls` the calls it made (with `tools` in params),
+    `logprobs` its tokens' log-probabilities (with `logprobs` in params)."""
 
     def __init__(self, client: Client, gen_id: str) -> None:
         self.client = client
@@ -57,6 +58,13 @@ class Generation:
         """The content so far (not reasoning, not tool-call arguments)."""
         return "".join(d["text"] for d in self.deltas if d.get("channel", "content")
                        == "content")
+
+    @property
+    def logprobs(self) -> list[dict[str, Any]]:
+        """The content tokens' log-probabilities so far (`logprobs: true` in params):
+        [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]."""
+        return [e for d in self.deltas if d.get("channel", "content") == "content"
+                for e in d.get("logprobs", ())]
 
     @property
     def tool_calls(self) -> list[dict[str, str]]:

@@ -71,6 +71,7 @@ class Engine(abc.ABC):
     async def aclose(self) -> None:  # noqa: B027 - optional: most engines free nothing
         """Frees the model. Running streams end."""
 
+    logprobs: bool = False  # computes token log-probabilities (SamplingParams.logprobs)
     failures: int = 0  # faults of the engine's own loop that ended generations in flight
     restarts: int = 0  # times the engine recovered from such a fault by itself
 
@@ -116,6 +117,9 @@ class Engine(abc.ABC):
         max_tokens' (an absent one means "the default, or what still fits")."""
         if request.format is not None or request.tools:
             self.check_output(request)
+        if request.params.logprobs is not None and not self.logprobs:
+            raise BadRequest(f"the {self.info.name} engine does not compute logprobs",
+                             param="logprobs")
         text = self.render(request)
         ids = self.encode(request, text)
         prompt_param = "prompt" if request.prompt is not None else "messages"

@@ -9,11 +9,16 @@ Utf8Decoder as llama.cpp's. Directives in the last message steer one request:
     [[pace_ms=N]]       one token every N ms (decimals allowed) for this request; a reader
                         that falls behind gets the tokens that are due back to back
     [[tokens=N]]        answer with exactly N tokens (repeating the script), then stop
+
+Logprobs are scripted too: token i has log-probability -ln 2 - (i % 4) / 4, listed first
+among its alternatives, then made-up ones (`<alt1>`, ...) 2, 3, ... lower (a distribution:
+they sum to under 1).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 from collections.abc import AsyncIterator, Sequence
 
@@ -26,6 +31,7 @@ from ..types import (
     EngineText,
     FinishReason,
     GenerationRequest,
+    TokenLogprob,
     Usage,
 )
 from .base import Engine, EngineInfo, EngineOptions, PreparedRequest
@@ -59,6 +65,8 @@ def fake_token_bytes(token_id: int) -> bytes:
 
 
 class FakeEngine(Engine):
+    logprobs = True  # scripted (the module's docstring)
+
     def __init__(
         self,
         model_id: str = "fake",
@@ -107,6 +115,8 @@ class FakeEngine(Engine):
         pace = directives.get("pace_ms", self.pace_ms) / 1000.0
         yield EngineStart(prepared.prompt_tokens)
         decoder = Utf8Decoder()
+        top = request.params.logprobs
+        scored: list[TokenLogprob] = []  # until the text that completes them
         produced = 0
         limit = min(prepared.max_tokens, n_script)
         loop = asyncio.get_running_loop()
@@ -128,9 +138,24 @@ class FakeEngine(Engine):
                     raise EngineError(f"fake engine fault after {produced} tokens")
                 produced += 1
                 piece = fake_token_bytes(script[(produced - 1) % len(script)])
-                yield EngineText(decoder.feed(piece))
+                text = decoder.feed(piece)
+                if top is None:
+                    yield EngineText(text)
+                    continue
+                scored.append(_scripted(piece, produced - 1, top))
+                yield EngineText(text, logprobs=tuple(scored) if text else ())
+                if text:
+                    scored.clear()
         tail = decoder.flush()
-        if tail:
-            yield EngineText(tail, tokens=0)
+        if tail or scored:
+            yield EngineText(tail, tokens=0, logprobs=tuple(scored))
         reason = FinishReason.STOP if produced >= n_script else FinishReason.LENGTH
         yield EngineFinish(reason, Usage(prepared.prompt_tokens, produced))
+
+
+def _scripted(piece: bytes, i: int, top: int) -> TokenLogprob:
+    value = -math.log(2) - (i % 4) / 4
+    token = piece.decode("utf-8", "replace")
+    alternatives = [(token, value, piece)] + [
+        (f"<alt{j}>", value - j - 1, f"<alt{j}>".encode()) for j in range(1, top)]
+    return TokenLogprob(token, value, piece, tuple(alternatives[:top]))

@@ -24,6 +24,7 @@ from ..types import (
     Queued,
     SamplingParams,
     Started,
+    TokenLogprob,
     ToolCall,
 )
 from .formats import (
@@ -81,6 +82,8 @@ class Params(_Frame):
     tool_choice: ToolChoiceField = None
     parallel_tool_calls: bool | None = None
     reasoning_format: Literal["none", "auto"] = "none"
+    logprobs: bool = False
+    top_logprobs: int = Field(default=0, ge=0, le=20)
 
     def to_sampling(self) -> SamplingParams:
         return SamplingParams(
@@ -94,6 +97,7 @@ class Params(_Frame):
             frequency_penalty=self.frequency_penalty,
             seed=self.seed,
             stop=tuple(self.stop),
+            logprobs=self.top_logprobs if self.logprobs else None,
             given=given(self, FIELDS),
         )
 
@@ -114,6 +118,8 @@ class Generate(_Frame):
         if self.messages is not None:
             messages = tuple(m.to_message() for m in self.messages)
         params = self.params
+        if params.top_logprobs and not params.logprobs:
+            raise BadRequest("top_logprobs needs logprobs set to true", param="top_logprobs")
         fmt = None if params.response_format is None else params.response_format.to_format()
         if params.tools and self.prompt is not None:
             raise BadRequest("tools need messages (a chat), not a raw prompt",
@@ -324,6 +330,8 @@ def event_frame(stream_id: str, event: Event) -> dict[str, Any]:
                 delta["index"] = event.index
                 if event.call_id is not None:
                     delta["call_id"], delta["name"] = event.call_id, event.name
+        elif event.logprobs:  # only a client that asked for logprobs gets these
+            delta["logprobs"] = [_logprob(e) for e in event.logprobs]
         return delta
     if isinstance(event, Queued):
         if event.loading:  # its model is loading (load on demand): no place in a queue yet
@@ -352,6 +360,13 @@ def event_frame(stream_id: str, event: Event) -> dict[str, Any]:
     return error_of(event.error, stream_id)
 
 
+def _logprob(e: TokenLogprob) -> dict[str, Any]:
+    """A token's entry, in OpenAI's chat shape."""
+    return {"token": e.token, "logprob": e.logprob, "bytes": list(e.data),
+            "top_logprobs": [{"token": t, "logprob": lp, "bytes": list(b)}
+                             for t, lp, b in e.top]}
+
+
 class EventText:
     """Session events of one stream as frame text. A delta (nearly every frame) is filled
     into a template instead of going through a dict and json.dumps: the same bytes."""
@@ -363,6 +378,6 @@ class EventText:
         self._head = '{"type":"delta","id":' + encode_basestring(stream_id) + ',"seq":'
 
     def __call__(self, event: Event) -> str:
-        if isinstance(event, Delta) and event.channel == "content":
+        if isinstance(event, Delta) and event.channel == "content" and not event.logprobs:
             return f'{self._head}{event.seq},"text":{encode_basestring(event.text)}}}'
         return dumps(event_frame(self.stream_id, event))

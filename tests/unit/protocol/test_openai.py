@@ -94,13 +94,14 @@ def test_neutral_values_and_harmless_fields_pass() -> None:
     ({"messages": USER, "stop": [""]}, "stop[0]", "invalid_value"),
     ({"messages": USER, "stop": ["x"] * 17}, "stop", "invalid_value"),
     ({"messages": USER, "n": 0}, "n", "integer_below_min_value"),
-    ({"messages": USER, "n": 2}, "n", "unsupported_value"),
     ({"messages": USER, "tools": [{"type": "function"}]}, "tools[0].function",
      "missing_required_parameter"),
     ({"messages": USER, "tool_choice": "required"}, "tool_choice", "invalid_value"),
     ({"messages": USER, "functions": [{"name": "f"}]}, "functions", "unsupported_parameter"),
-    ({"messages": USER, "logprobs": True}, "logprobs", "unsupported_parameter"),
-    ({"messages": USER, "top_logprobs": 3}, "top_logprobs", "unsupported_parameter"),
+    ({"messages": USER, "top_logprobs": 3}, "top_logprobs", "invalid_value"),
+    ({"messages": USER, "logprobs": True, "top_logprobs": 21}, "top_logprobs",
+     "integer_above_max_value"),
+    ({"messages": USER, "logprobs": 1}, "logprobs", "invalid_type"),
     ({"messages": USER, "logit_bias": {"1": 5}}, "logit_bias", "unsupported_parameter"),
     ({"messages": USER, "response_format": {"type": "yaml"}}, "response_format.type",
      "invalid_value"),
@@ -142,7 +143,8 @@ def test_chat_refusals_name_the_param(body: dict[str, Any], param: str, code: st
     ({"prompt": "x", "echo": True}, "echo", "unsupported_parameter"),
     ({"prompt": "x", "suffix": "tail"}, "suffix", "unsupported_parameter"),
     ({"prompt": "x", "best_of": 3}, "best_of", "unsupported_parameter"),
-    ({"prompt": "x", "logprobs": 1}, "logprobs", "unsupported_parameter"),
+    ({"prompt": "x", "logprobs": 21}, "logprobs", "integer_above_max_value"),
+    ({"prompt": "x", "logprobs": True}, "logprobs", "invalid_type"),
     ({"prompt": "x", "messages": USER}, "messages", "unknown_parameter"),
     ({}, "prompt", "missing_required_parameter"),
 ])
@@ -428,3 +430,13 @@ async def test_lean_handler_answers_tokenpipe_errors_itself(scheduler: Scheduler
     error = json.loads((await lean(scheduler, body)).body)["error"]
     assert error["code"] == "context_length_exceeded"
     assert error["param"] == "max_completion_tokens"  # the name this client sent
+
+
+def test_logprobs_map_to_the_number_of_alternatives() -> None:
+    assert chat(logprobs=True, top_logprobs=3).to_request().params.logprobs == 3
+    assert chat(logprobs=True).to_request().params.logprobs == 0
+    assert chat(logprobs=False, top_logprobs=0).to_request().params.logprobs is None
+    assert chat().to_request().params.logprobs is None
+    done = CompletionRequest.model_validate({"prompt": "x", "logprobs": 20})
+    assert done.to_request().params.logprobs == 20 and done.wants_logprobs
+    assert CompletionRequest.model_validate({"prompt": "x"}).to_request().params.logprobs is None

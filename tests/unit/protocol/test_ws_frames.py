@@ -15,6 +15,7 @@ from tokenpipe.logs import JsonFormatter, RedactSecrets
 from tokenpipe.protocol import ws as wire
 from tokenpipe.server.ws.budget import FrameBudget, Verdict
 from tokenpipe.server.ws.frame_sink import clean, utf8
+from tokenpipe.types import Delta, TokenLogprob
 
 LONE = "\\ud800"  # as a client sends it: the JSON escape of a lone surrogate
 
@@ -205,3 +206,26 @@ def test_budget_holds_reads_until_just_past_the_interval() -> None:
     for _ in range(21):
         budget.take()
     assert budget.refused_since(1000.0) and not budget.refused_since(1000.3)
+
+
+def test_logprobs_params_and_the_delta_that_carries_them() -> None:
+    frame = wire.parse_client_frame(json.dumps({
+        "type": "generate", "id": "a", "prompt": "x",
+        "params": {"logprobs": True, "top_logprobs": 2}}))
+    assert isinstance(frame, wire.Generate)
+    assert frame.to_request().params.logprobs == 2
+    plain = wire.parse_client_frame('{"type": "generate", "id": "a", "prompt": "x"}')
+    assert isinstance(plain, wire.Generate) and plain.to_request().params.logprobs is None
+    alone = wire.parse_client_frame(json.dumps({
+        "type": "generate", "id": "a", "prompt": "x", "params": {"top_logprobs": 2}}))
+    assert isinstance(alone, wire.Generate)
+    with pytest.raises(BadRequest) as refused:
+        alone.to_request()
+    assert refused.value.param == "top_logprobs"
+    entry = TokenLogprob("é", -0.5, "é".encode(), (("é", -0.5, "é".encode()),))
+    text = wire.EventText("a")
+    scored = json.loads(text(Delta(0, "é", logprobs=(entry,))))
+    assert scored["logprobs"] == [{"token": "é", "logprob": -0.5, "bytes": [195, 169],
+                                   "top_logprobs": [{"token": "é", "logprob": -0.5,
+                                                     "bytes": [195, 169]}]}]
+    assert "logprobs" not in json.loads(text(Delta(1, "é")))  # the template, as before

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ...constrain import Guides, build_in_background, grammar_for
 from ...errors import EngineError, EngineUnavailable, MissingDependency
+from ...logprobs import token_logprob
 from ...types import (
     EngineEvent,
     EngineFinish,
@@ -87,6 +88,8 @@ class LlamaCppEngine(Engine):
         self.restarts = 0  # fresh contexts after such a fault
         self._context: Context | None = None
         self._slots = Slots(self.parallel)
+
+    logprobs = True  # the log-softmax of the row each token is sampled from
 
     @classmethod
     def from_options(cls, options: EngineOptions) -> LlamaCppEngine:
@@ -360,22 +363,33 @@ class LlamaCppEngine(Engine):
 
     def _sample(self, seq: Seq, active: list[Seq]) -> list[EngineEvent | BaseException]:
         guide = seq.guide
-        if seq.sampler is None or guide is not None:
+        top = seq.prepared.request.params.logprobs
+        logits = None
+        if seq.sampler is None or guide is not None or top is not None:
             logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(self._ctx, seq.batch_index),
                                            shape=(self._vocab.n_tokens,))
             if guide is not None:  # in place: the sampler chain reads the same row
                 guide.constrain(logits)
         if seq.sampler is None:
-            token = int(np.argmax(logits))
-        else:
+            token = int(np.argmax(logits))  # type: ignore[arg-type]  # fetched just above
+        else:  # the chain works on a copy of the row: `logits` stays as the model wrote it
             token = lc.llama_sampler_sample(seq.sampler, self._ctx, seq.batch_index)
         seq.generated += 1
         items: list[EngineEvent | BaseException] = []
         finish: FinishReason | None = None
         if self._vocab.is_eog(token):
             finish = FinishReason.STOP
+        elif top is not None and logits is not None:
+            seq.logprobs.append(token_logprob(logits, token, top, self._vocab.piece))
+            text = seq.decoder.feed(self._vocab.piece(token))
+            if text:  # a token that ends inside a character waits for the one that ends it
+                items.append(EngineText(text, logprobs=tuple(seq.logprobs)))
+                seq.logprobs.clear()
+            else:
+                items.append(EngineText(text))
         else:
             items.append(EngineText(seq.decoder.feed(self._vocab.piece(token))))
+        if finish is None:
             if guide is not None and not guide.accept(token):  # this generation alone
                 active.remove(seq)
                 self._release(seq)
@@ -386,8 +400,9 @@ class LlamaCppEngine(Engine):
                 finish = FinishReason.LENGTH
         if finish is not None:
             tail = seq.decoder.flush()
-            if tail:
-                items.append(EngineText(tail, tokens=0))
+            if tail or seq.logprobs:
+                items.append(EngineText(tail, tokens=0, logprobs=tuple(seq.logprobs)))
+                seq.logprobs.clear()
             items.append(EngineFinish(finish, Usage(len(seq.prompt), seq.generated,
                                                     seq.cached)))
             active.remove(seq)

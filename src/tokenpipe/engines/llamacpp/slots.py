@@ -1,7 +1,8 @@
 """The KV cache's slots: each of `parallel` sequences owns one, and keeps its cells after it
 ends, so the next request whose prompt shares a prefix with a slot's cache (the next turn
 of a chat, the same system prompt) skips that prefix; a prompt that shares a clearly
-longer prefix with a running sequence copies that sequence's cells instead."""
+longer prefix with a running sequence (or the very same prompt: the choices of a request
+with `n`) copies that sequence's cells instead."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import llama_cpp as lc
 
 from ...constrain import Guide
 from ...text import Utf8Decoder
+from ...types import TokenLogprob
 from ..base import PreparedRequest
 
 SHARE_MIN = 32  # copy a prompt prefix from another sequence when it saves this many tokens
@@ -41,6 +43,7 @@ class Seq:
     donor: Seq | None = None  # a running sequence whose prompt prefix this one will copy
     share: int = 0  # how many prompt tokens it copies from the donor
     cached: int = 0  # prompt tokens taken from a cache (its slot's or a donor's)
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # until their text is whole
 
 
 class Slots:
@@ -77,10 +80,13 @@ class Slots:
         self.reused_tokens += common
         seq.slot, seq.n_past, seq.todo = best, common, seq.prompt[common:]
         seq.cached = common
-        donor, share = None, common + SHARE_MIN
+        donor, share = None, 0
         for other in active:
             shared = min(_common_prefix(other.prompt, seq.prompt), limit)
-            if shared >= share:
+            # a clearly longer prefix, or the very same prompt (the choices of a request
+            # with n: however short, it is decoded once)
+            least = common + (1 if other.prompt == seq.prompt else SHARE_MIN)
+            if shared >= least and shared > share:
                 donor, share = other, shared
         if donor is not None:
             seq.donor, seq.share = donor, share

@@ -34,7 +34,13 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 from ... import http
-from ...errors import ContextOverflow, EngineError, EngineUnavailable, TokenpipeError
+from ...errors import (
+    BadRequest,
+    ContextOverflow,
+    EngineError,
+    EngineUnavailable,
+    TokenpipeError,
+)
 from ...types import EngineEvent, EngineStart, GenerationRequest, OutputFormat
 from ..base import Engine, EngineInfo, EngineOptions, PreparedRequest
 from .answers import Progress, Retry, describe, finish_events, handle_event, refusal
@@ -152,6 +158,9 @@ class OpenAIEngine(Engine):
         max_tokens = min(default_max_tokens, limit - 1) if asked is None else asked
         if request.format is not None or request.tools:
             self.check_output(request)
+        if request.params.logprobs is not None:  # not forwarded upstream yet
+            raise BadRequest("the openai engine does not pass logprobs on yet",
+                             param="logprobs")
         if max_tokens >= limit:  # the prompt takes at least one token
             raise ContextOverflow(f"max_tokens ({max_tokens}) leaves no room for a prompt in "
                                   f"the context of {limit} tokens", param="max_tokens")

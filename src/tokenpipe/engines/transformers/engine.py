@@ -38,6 +38,7 @@ from typing import Any
 from ...constrain import Guide, Guides, build_in_background, grammar_for
 from ...constrain.tools import chat_messages, template_takes_tools
 from ...errors import EngineError, EngineUnavailable, MissingDependency
+from ...logprobs import token_logprob
 from ...text import IdDetokenizer
 from ...types import (
     EngineEvent,
@@ -46,6 +47,7 @@ from ...types import (
     EngineText,
     FinishReason,
     GenerationRequest,
+    TokenLogprob,
     Usage,
 )
 from ..base import (
@@ -93,6 +95,7 @@ class _Seq:
     detok: Any = None
     guide: Guide | None = None  # the output format's grammar, when the request has one
     out: list[EngineEvent | BaseException] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # until their text is out
 
 
 class TransformersEngine(Engine):
@@ -114,6 +117,9 @@ class TransformersEngine(Engine):
         self._failure: str | None = None
         self._model: Any = None
         self._tok: Any = None
+        self._pieces: dict[int, bytes] = {}  # token id -> its text as UTF-8 (logprobs)
+
+    logprobs = True  # the log-softmax of the row each token is sampled from
 
     @classmethod
     def from_options(cls, options: EngineOptions) -> TransformersEngine:
@@ -326,6 +332,7 @@ class TransformersEngine(Engine):
             logits = out.logits[:, -1, :]
             greedy = logits.argmax(dim=-1).tolist()
             tokens = [greedy[i] if s.sampler.plain_greedy and s.guide is None
+                      and s.prepared.request.params.logprobs is None
                       else self._choose(s, logits[i]) for i, s in enumerate(rows)]
         except Exception as exc:  # the batch's cache is unusable: every row fails
             self._fail(rows, exc)
@@ -335,14 +342,28 @@ class TransformersEngine(Engine):
         self._flush(rows)
         return self._keep(batch, rows, lambda s: id(s) in live)
 
-    @staticmethod
-    def _choose(seq: _Seq, logits: torch.Tensor) -> int:
+    def _choose(self, seq: _Seq, logits: torch.Tensor) -> int:
         sampler: Sampler = seq.sampler
         if seq.guide is not None:  # in place on a float32 CPU row (a copy for other dtypes)
             row = logits.float().cpu()
             seq.guide.constrain(row.numpy())
             logits = row if logits.device.type == "cpu" else row.to(logits.device)
-        return int(logits.argmax()) if sampler.plain_greedy else sampler.sample(logits)
+        top = seq.prepared.request.params.logprobs
+        if top is None:
+            return int(logits.argmax()) if sampler.plain_greedy else sampler.sample(logits)
+        # before the sampler: its penalties change the row in place
+        view = logits.float().cpu().numpy().copy()
+        token = int(logits.argmax()) if sampler.plain_greedy else sampler.sample(logits)
+        seq.logprobs.append(token_logprob(view, token, top, self._piece))
+        return token
+
+    def _piece(self, token: int) -> bytes:
+        """A token's text as UTF-8 (a token that ends inside a character decodes to U+FFFD
+        here: the HF tokenizer gives no bytes of its own)."""
+        data = self._pieces.get(token)
+        if data is None:
+            data = self._pieces[token] = self._tok.decode([token]).encode()
+        return data
 
     def _emit(self, seq: _Seq, token: int) -> bool:
         """Queues the token's text (and the finish); True if the sequence goes on."""
@@ -352,9 +373,15 @@ class TransformersEngine(Engine):
         finish: FinishReason | None = None
         if token in self._eog:
             finish = FinishReason.STOP
+            if seq.logprobs:  # the end token is not part of the answer
+                seq.logprobs.pop()
         else:
             text = seq.detok.feed(token)
-            seq.out.append(EngineText(text))
+            if text and seq.logprobs:  # with the text that completes them
+                seq.out.append(EngineText(text, logprobs=tuple(seq.logprobs)))
+                seq.logprobs.clear()
+            else:
+                seq.out.append(EngineText(text))
             guide = seq.guide
             if guide is not None and not guide.accept(token):  # this generation alone
                 seq.out.append(EngineError(f"the output format's grammar failed: "
@@ -367,8 +394,9 @@ class TransformersEngine(Engine):
         if finish is None:
             return not seq.cancelled
         tail = seq.detok.flush()
-        if tail:
-            seq.out.append(EngineText(tail, tokens=0))
+        if tail or seq.logprobs:
+            seq.out.append(EngineText(tail, tokens=0, logprobs=tuple(seq.logprobs)))
+            seq.logprobs.clear()
         seq.out.append(EngineFinish(finish, Usage(seq.prepared.prompt_tokens, seq.generated)))
         return False
 

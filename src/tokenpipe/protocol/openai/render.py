@@ -5,27 +5,32 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel
 
-from ...types import Delta, Usage
+from ...types import Delta, TokenLogprob, Usage
 from .. import sse
 from .responses import (
     AssistantMessage,
     ChatChoice,
     ChatCompletion,
     ChatCompletionChunk,
+    ChoiceLogprobs,
     ChunkChoice,
     ChunkDelta,
     Completion,
+    CompletionLogprobs,
     CompletionTokensDetails,
     FunctionCall,
     FunctionDelta,
     PromptTokensDetails,
     TextChoice,
+    TokenLogprobOut,
     ToolCallDelta,
     ToolCallOut,
+    TopLogprob,
     UsageInfo,
     now,
 )
@@ -58,53 +63,95 @@ def _fill(around: tuple[bytes, bytes], text: str) -> bytes:
     return around[0] + json.dumps(text, ensure_ascii=False).encode() + around[1]
 
 
-class ChatRender:
-    """chat.completion / chat.completion.chunk objects of one answer."""
+def chat_logprobs(entries: Iterable[TokenLogprob]) -> ChoiceLogprobs:
+    """A chat choice's (or chunk's) `logprobs` object."""
+    return ChoiceLogprobs(content=[TokenLogprobOut(
+        token=e.token, logprob=e.logprob, bytes=list(e.data),
+        top_logprobs=[TopLogprob(token=t, logprob=lp, bytes=list(b)) for t, lp, b in e.top])
+        for e in entries])
 
-    def __init__(self, model: str) -> None:
+
+def completion_logprobs(entries: Iterable[TokenLogprob]) -> CompletionLogprobs:
+    """A text completion's (or chunk's) `logprobs` object."""
+    listed = list(entries)
+    return CompletionLogprobs(tokens=[e.token for e in listed],
+                              token_logprobs=[e.logprob for e in listed],
+                              top_logprobs=[{t: lp for t, lp, _ in e.top} for e in listed],
+                              text_offset=[e.offset for e in listed])
+
+
+def _entries(deltas: list[Delta]) -> Iterable[TokenLogprob]:
+    return (e for d in deltas if d.channel == "content" for e in d.logprobs)
+
+
+class ChatRender:
+    """chat.completion / chat.completion.chunk objects of one answer; `scored`: the
+    request asked for logprobs (its content chunks carry them). `index` names the choice
+    (several with `n`)."""
+
+    def __init__(self, model: str, *, scored: bool = False) -> None:
         self.head: dict[str, Any] = {"id": "chatcmpl-" + secrets.token_hex(12),
                                      "created": now(), "model": model}
-        self._around: tuple[bytes, bytes] | None = None
+        self._around: dict[int, tuple[bytes, bytes]] = {}
+        self.scored = scored
 
     def _chunk(self, choice: ChunkChoice | None, usage: Usage | None = None) -> bytes:
         return sse.data(ChatCompletionChunk(
             **self.head, choices=[] if choice is None else [choice],
             usage=None if usage is None else usage_info(usage)))
 
-    def opening(self) -> bytes:
-        return self._chunk(ChunkChoice(delta=ChunkDelta(role="assistant", content="")))
+    def opening(self, index: int = 0) -> bytes:
+        return self._chunk(ChunkChoice(index=index, delta=ChunkDelta(role="assistant",
+                                                                     content="")))
 
-    def delta(self, text: str) -> bytes:
-        if self._around is None:
-            self._around = _template(self._chunk(ChunkChoice(delta=ChunkDelta(content=_MARK))))
-        return _fill(self._around, text)
+    def delta(self, text: str, index: int = 0) -> bytes:
+        around = self._around.get(index)
+        if around is None:
+            around = self._around[index] = _template(self._chunk(ChunkChoice(
+                index=index, delta=ChunkDelta(content=_MARK))))
+        return _fill(around, text)
 
-    def part(self, delta: Delta) -> bytes:
+    def scored_delta(self, delta: Delta, index: int = 0) -> bytes:
+        """A content delta with the logprobs of the tokens its text completes."""
+        return self._chunk(ChunkChoice(index=index, delta=ChunkDelta(content=delta.text),
+                                       logprobs=chat_logprobs(delta.logprobs)))
+
+    def part(self, delta: Delta, index: int = 0) -> bytes:
         """A delta of a channel other than content: reasoning, or a tool call's start or
         arguments."""
         if delta.channel == "reasoning":
-            return self._chunk(ChunkChoice(delta=ChunkDelta(reasoning_content=delta.text,
-                                                            reasoning=delta.text)))
+            return self._chunk(ChunkChoice(index=index, delta=ChunkDelta(
+                reasoning_content=delta.text, reasoning=delta.text)))
         call = ToolCallDelta(index=delta.index, function=FunctionDelta(arguments=delta.text))
         if delta.call_id is not None:
             call.id, call.type, call.function.name = delta.call_id, "function", delta.name
-        return self._chunk(ChunkChoice(delta=ChunkDelta(tool_calls=[call])))
+        return self._chunk(ChunkChoice(index=index, delta=ChunkDelta(tool_calls=[call])))
 
-    def finish(self, reason: str) -> bytes:
-        return self._chunk(ChunkChoice(delta=ChunkDelta(), finish_reason=reason))  # type: ignore[arg-type]
+    def finish(self, reason: str, index: int = 0) -> bytes:
+        return self._chunk(ChunkChoice(index=index, delta=ChunkDelta(),
+                                       finish_reason=reason))  # type: ignore[arg-type]
 
     def usage(self, usage: Usage) -> bytes:
         return self._chunk(None, usage)
 
     def whole(self, deltas: list[Delta], reason: str, usage: Usage) -> BaseModel:
+        return self.whole_of([(deltas, reason)], usage)
+
+    def whole_of(self, answers: list[tuple[list[Delta], str]], usage: Usage) -> BaseModel:
+        """One object for the choices, each (its deltas, its finish_reason), in order."""
+        return ChatCompletion(**self.head, usage=usage_info(usage), choices=[
+            self._choice(i, deltas, reason) for i, (deltas, reason) in enumerate(answers)])
+
+    def _choice(self, index: int, deltas: list[Delta], reason: str) -> ChatChoice:
         text = "".join(d.text for d in deltas if d.channel == "content")
         thought = "".join(d.text for d in deltas if d.channel == "reasoning") or None
         calls = tool_calls(deltas)
         message = AssistantMessage(content=None if calls and not text else text,
                                    tool_calls=calls or None, reasoning_content=thought,
                                    reasoning=thought)
-        return ChatCompletion(**self.head, usage=usage_info(usage), choices=[ChatChoice(
-            message=message, finish_reason=reason)])  # type: ignore[arg-type]
+        scores = chat_logprobs(_entries(deltas)) if self.scored else None
+        return ChatChoice(index=index, message=message, logprobs=scores,
+                          finish_reason=reason)  # type: ignore[arg-type]
 
 
 def tool_calls(deltas: list[Delta]) -> list[ToolCallOut]:
@@ -123,36 +170,49 @@ def tool_calls(deltas: list[Delta]) -> list[ToolCallOut]:
 class CompletionRender:
     """text_completion objects of one answer (streamed chunks have the same shape)."""
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, *, scored: bool = False) -> None:
         self.head: dict[str, Any] = {"id": "cmpl-" + secrets.token_hex(12),
                                      "created": now(), "model": model}
-        self._around: tuple[bytes, bytes] | None = None
+        self._around: dict[int, tuple[bytes, bytes]] = {}
+        self.scored = scored
 
     def _chunk(self, choices: list[TextChoice], usage: Usage | None = None) -> bytes:
         return sse.data(Completion(**self.head, choices=choices,
                                    usage=None if usage is None else usage_info(usage)))
 
-    def opening(self) -> bytes:
+    def opening(self, index: int = 0) -> bytes:
         return b""
 
-    def delta(self, text: str) -> bytes:
-        if self._around is None:
-            self._around = _template(self._chunk([TextChoice(text=_MARK)]))
-        return _fill(self._around, text)
+    def delta(self, text: str, index: int = 0) -> bytes:
+        around = self._around.get(index)
+        if around is None:
+            around = self._around[index] = _template(self._chunk([TextChoice(
+                index=index, text=_MARK)]))
+        return _fill(around, text)
 
-    def finish(self, reason: str) -> bytes:
-        return self._chunk([TextChoice(text="", finish_reason=reason)])  # type: ignore[arg-type]
+    def scored_delta(self, delta: Delta, index: int = 0) -> bytes:
+        return self._chunk([TextChoice(index=index, text=delta.text,
+                                       logprobs=completion_logprobs(delta.logprobs))])
+
+    def finish(self, reason: str, index: int = 0) -> bytes:
+        return self._chunk([TextChoice(index=index, text="",
+                                       finish_reason=reason)])  # type: ignore[arg-type]
 
     def usage(self, usage: Usage) -> bytes:
         return self._chunk([], usage)
 
-    def part(self, delta: Delta) -> bytes:
+    def part(self, delta: Delta, index: int = 0) -> bytes:
         return b""  # completions have no other channel
 
     def whole(self, deltas: list[Delta], reason: str, usage: Usage) -> BaseModel:
-        text = "".join(d.text for d in deltas if d.channel == "content")
+        return self.whole_of([(deltas, reason)], usage)
+
+    def whole_of(self, answers: list[tuple[list[Delta], str]], usage: Usage) -> BaseModel:
         return Completion(**self.head, usage=usage_info(usage), choices=[TextChoice(
-            text=text, finish_reason=reason)])  # type: ignore[arg-type]
+            index=i, text="".join(d.text for d in deltas if d.channel == "content"),
+            logprobs=completion_logprobs(_entries(deltas)) if self.scored else None,
+            finish_reason=reason)  # type: ignore[arg-type]
+            for i, (deltas, reason) in enumerate(answers)])
 
 
 Shape = ChatRender | CompletionRender  # the OpenAI objects of one answer

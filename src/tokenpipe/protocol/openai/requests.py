@@ -5,10 +5,12 @@ user who relies on the answer meaning what they asked.
   extras `top_k` (-1 or 0: off), `min_p` and `repetition_penalty`.
 - `response_format` (json_object, json_schema) and `tools` are generated under a grammar
   (constrain/).
-- OpenAI features this server cannot honour (`functions`, `logprobs`, `n` > 1, `audio`,
-  ...) are refused with 400 naming the parameter (code `unsupported_parameter` /
-  `unsupported_value`), never silently ignored; their neutral values (`logprobs: false`,
-  `n: 1`, ...) pass.
+- `logprobs` (chat: `logprobs` + `top_logprobs` 0-20; completions: `logprobs` 0-20,
+  OpenAI allows 5) are the engine's own (protocol.md section 3).
+- `n` choices up to the server's `--max-n` (the door checks it: server/openai/choices.py).
+- OpenAI features this server cannot honour (`functions`, `audio`, ...) are refused with
+  400 naming the parameter (code `unsupported_parameter` / `unsupported_value`), never
+  silently ignored; their neutral values (`functions: []`, ...) pass.
 - Fields the official SDKs send that do not change the answer (`user`, `metadata`, `store`,
   `service_tier`, `parallel_tool_calls`, `prompt_cache_key`, `safety_identifier`) are
   accepted and ignored.
@@ -112,7 +114,9 @@ class _Sampling(_Body):
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
     stop: StopField = None
-    n: int | None = Field(default=None, ge=1, description="Only 1.")
+    n: int | None = Field(default=None, ge=1, description="Choices, up to the server's "
+                          "--max-n (8): one prompt decoded once; with a seed, choice i "
+                          "uses seed + i.")
     response_format: ResponseFormat | None = Field(
         default=None, description="text, json_object or json_schema: the answer is "
         "generated under the schema's grammar, so it parses and validates (unless "
@@ -126,13 +130,6 @@ class _Sampling(_Body):
     service_tier: str | None = Field(default=None, description="Accepted and ignored.")
     prompt_cache_key: str | None = Field(default=None, description="Accepted and ignored.")
     safety_identifier: str | None = Field(default=None, description="Accepted and ignored.")
-
-    @field_validator("n")
-    @classmethod
-    def _one_choice(cls, n: int | None) -> int | None:
-        if n is not None and n > 1:
-            _unsupported(n, "n > 1 is not supported: ask once per answer")
-        return n
 
     @model_validator(mode="after")
     def _options_need_stream(self) -> _Sampling:
@@ -150,6 +147,15 @@ class _Sampling(_Body):
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
 
+    @property
+    def wants_logprobs(self) -> bool:
+        return self.logprobs_top is not None
+
+    @property
+    def logprobs_top(self) -> int | None:
+        """How many alternatives per token the answer lists; None: no logprobs."""
+        return None
+
     def sampling(self, max_tokens: int | None) -> SamplingParams:
         top_k = self.top_k or 0
         return SamplingParams(
@@ -164,6 +170,7 @@ class _Sampling(_Body):
             frequency_penalty=self.frequency_penalty or 0.0,
             seed=None if self.seed is None else self.seed % 2**63,
             stop=tuple(self.stop or ()),
+            logprobs=self.logprobs_top,
             given=given(self, FIELDS),
         )
 
@@ -282,8 +289,10 @@ class ChatCompletionRequest(_Sampling):
     reasoning_format: Literal["auto", "deepseek", "none"] | None = Field(
         default=None, description="llama.cpp's extra: auto (default) and deepseek put a "
         "thinking section in reasoning_content (and reasoning); none keeps it in content.")
-    logprobs: Annotated[Refused, _refuse((False,), "logprobs are not supported")] = None
-    top_logprobs: Annotated[Refused, _refuse((0,), "logprobs are not supported")] = None
+    logprobs: bool | None = Field(default=None, description="Each answer token's "
+                                  "log-probability in choices[].logprobs.content.")
+    top_logprobs: int | None = Field(default=None, ge=0, le=20, description="With logprobs: "
+                                     "this many likeliest tokens at each step.")
     functions: Annotated[Refused, _refuse(([],), "functions are not supported")] = None
     function_call: Annotated[Refused, _refuse(("none",), "functions are not supported")] = None
     audio: Annotated[Refused, _refuse((), "audio output is not supported")] = None
@@ -312,6 +321,18 @@ class ChatCompletionRequest(_Sampling):
     def _tools_named_once(self) -> ChatCompletionRequest:
         check_tools(self.tools, self.tool_choice)
         return self
+
+    @model_validator(mode="after")
+    def _top_needs_logprobs(self) -> ChatCompletionRequest:
+        if self.top_logprobs and not self.logprobs:
+            raise PydanticCustomError(
+                "invalid_value", "top_logprobs needs logprobs set to true",
+                {"param": "top_logprobs"})
+        return self
+
+    @property
+    def logprobs_top(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     @property
     def max_tokens_param(self) -> str:
@@ -342,7 +363,7 @@ def _one_prompt(value: Any) -> Any:
 
 class CompletionRequest(_Sampling):
     """POST /v1/completions: raw text in, no chat template. `max_tokens` defaults to 16 as
-    OpenAI's; `echo`, `suffix`, `best_of` > 1 and `logprobs` answer 400."""
+    OpenAI's; `echo`, `suffix` and `best_of` > 1 answer 400."""
 
     prompt: Annotated[
         str, BeforeValidator(_one_prompt),
@@ -354,9 +375,15 @@ class CompletionRequest(_Sampling):
     echo: Annotated[Refused, _refuse((False,), "echo is not supported")] = None
     suffix: Annotated[Refused, _refuse(("",), "suffix (insertion) is not supported")] = None
     best_of: Annotated[Refused, _refuse((1,), "best_of > 1 is not supported")] = None
-    logprobs: Annotated[Refused, _refuse((), "logprobs are not supported")] = None
+    logprobs: int | None = Field(default=None, ge=0, le=20, description="Each answer "
+                                 "token's log-probability with this many likeliest tokens "
+                                 "(OpenAI allows up to 5, this server 20).")
 
     max_tokens_param: ClassVar[str] = "max_tokens"
+
+    @property
+    def logprobs_top(self) -> int | None:
+        return self.logprobs
 
     def to_request(self) -> GenerationRequest:
         return GenerationRequest(prompt=self.prompt, params=self.sampling(self.max_tokens),

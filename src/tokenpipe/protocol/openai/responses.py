@@ -65,10 +65,41 @@ class AssistantMessage(BaseModel):
 FinishReasonName = Literal["stop", "length", "tool_calls", "cancelled"]
 
 
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float = Field(description="Log-softmax of the model's logits at this step, "
+                           "after the output format's mask, before penalties and "
+                           "temperature.")
+    bytes: list[int] | None = Field(description="The token's UTF-8 bytes (a token may hold "
+                                    "part of a character).")
+
+
+class TokenLogprobOut(TopLogprob):
+    top_logprobs: list[TopLogprob] = Field(description="The `top_logprobs` likeliest "
+                                           "tokens at this step, best first.")
+
+
+class ChoiceLogprobs(BaseModel):
+    """Chat: one entry per answer token whose text the choice (or the chunk) carries."""
+
+    content: list[TokenLogprobOut] | None
+    refusal: None = None
+
+
+class CompletionLogprobs(BaseModel):
+    """/v1/completions: per answer token, its text, log-probability, the `logprobs`
+    likeliest tokens, and where its text starts in the answer (characters)."""
+
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int]
+
+
 class ChatChoice(BaseModel):
     index: int = 0
     message: AssistantMessage
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
     finish_reason: FinishReasonName
 
 
@@ -124,7 +155,7 @@ class ChunkDelta(BaseModel):
 class ChunkChoice(BaseModel):
     index: int = 0
     delta: ChunkDelta
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
     finish_reason: FinishReasonName | None = None
 
 
@@ -141,7 +172,7 @@ class ChatCompletionChunk(BaseModel):
 class TextChoice(BaseModel):
     index: int = 0
     text: str
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
     finish_reason: FinishReasonName | None = None
 
 

@@ -28,7 +28,7 @@ from starlette.requests import ClientDisconnect
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from ...errors import TokenpipeError, UnknownModel
+from ...errors import BadRequest, TokenpipeError, UnknownModel
 from ...protocol.openai.errors import OpenAIError, validation_error
 from ...protocol.openai.render import ChatRender, CompletionRender
 from ...protocol.openai.requests import ChatCompletionRequest, CompletionRequest
@@ -42,6 +42,7 @@ from ...protocol.openai.responses import (
 )
 from ...protocol.openai.schema import sse_openapi
 from ..runtime import Runtime
+from .choices import ChoicesResponse, start_choices
 from .session_response import SessionResponse, error_response
 
 log = logging.getLogger("tokenpipe.openai")
@@ -182,13 +183,26 @@ def _runtime(request: Request) -> Runtime:
 
 
 async def start(runtime: Runtime, body: Body, render: Render) -> Response:
-    """The one start, and the answer: SessionResponse, or the start's refusal."""
+    """The one start, and the answer: SessionResponse (ChoicesResponse for n > 1), or the
+    start's refusal."""
+    n, limit = body.n or 1, runtime.settings.max_n
+    if n > limit:
+        return error_response(BadRequest(f"n ({n}) is above this server's limit of {limit} "
+                                         "choices (--max-n)", param="n"))
     try:
-        session = await runtime.models.start(body.to_request())
+        if n > 1:
+            sessions = await start_choices(runtime.models.start, body.to_request(), n)
+        else:
+            session = await runtime.models.start(body.to_request())
     except TokenpipeError as exc:  # in the names this client sent
         return error_response(exc, {"max_tokens": body.max_tokens_param})
+    if n > 1:
+        return ChoicesResponse(
+            sessions, render(sessions[0].model, scored=body.wants_logprobs),
+            stream=bool(body.stream), include_usage=body.include_usage,
+            ping_s=runtime.settings.sse_ping_interval_s)
     return SessionResponse(
-        session, render(session.model), stream=bool(body.stream),
+        session, render(session.model, scored=body.wants_logprobs), stream=bool(body.stream),
         include_usage=body.include_usage, ping_s=runtime.settings.sse_ping_interval_s)
 
 

@@ -70,8 +70,12 @@ class SessionResponse(DoorResponse):
                     opened = True
                     out.append(shape.opening())
                 if isinstance(event, Delta):
-                    out.append(shape.delta(event.text) if event.channel == "content"
-                               else shape.part(event))
+                    if event.channel != "content":
+                        out.append(shape.part(event))
+                    elif shape.scored:
+                        out.append(shape.scored_delta(event))
+                    else:
+                        out.append(shape.delta(event.text))
                 elif isinstance(event, Finished):
                     out.append(shape.finish(event.reason.value))
                     if self.include_usage:
