@@ -7,6 +7,7 @@ import { liveParts, statsParts } from './format';
 import { useFrameClock } from './useFrameClock';
 import { ChevronLeft, ChevronRight, Pencil, RefreshCw, RotateCcw, Trash2 } from 'lucide-react';
 import { Markdown } from './Markdown';
+import { ReasoningView, ToolCallCards } from './AnswerParts';
 
 export interface MessageActions {
   onEdit(messageId: string, content: string): void;
@@ -149,6 +150,7 @@ function AnswerStatus({ message }: { message: Message }) {
         </p>
       ) : null;
     case 'done':
+      if (message.finishReason === 'tool_calls') return <p className="badge badge-tool-calls">The model called a tool; this page does not run tools.</p>;
       return message.finishReason === 'length' ? <p className="badge badge-stopped">Cut at the max tokens limit</p> : null;
     default:
       return null;
@@ -161,7 +163,9 @@ function AssistantMessage({ message, canChange, offline, actions, version, versi
   const figures = streaming ? liveParts(message, now) : message.stats ? statsParts(message.stats, message.model) : null;
   return (
     <article className="message assistant" aria-label="Answer" aria-busy={streaming} data-status={message.status}>
+      {message.reasoning ? <ReasoningView message={message} /> : null}
       {message.content ? <Markdown text={message.content} streaming={streaming} /> : null}
+      <ToolCallCards message={message} />
       <AnswerStatus message={message} />
       <div className="message-footer">
         {streaming ? (
