@@ -134,3 +134,34 @@ def test_tool_calls_show_as_cards_on_the_model(live_server: LiveServer,
     stored = page.get_by_role("dialog", name="Settings").get_by_label(
         "Tools (JSON, OpenAI shape)").input_value()
     assert json.loads(stored) == WEATHER
+
+
+def test_an_answer_through_the_responses_transport(live_server: LiveServer,
+                                                    open_page: OpenPage) -> None:
+    page = open_page(live_server("--engine", "fake", "--fake-pace-ms", "5"))
+    page.get_by_role("radio", name="Responses").check()
+    bodies: list[dict[str, object]] = []
+    page.on("request", lambda r: bodies.append(json.loads(r.post_data or "{}"))
+            if r.url.endswith("/v1/responses") else None)
+    send(page, "Hello over Responses [[tokens=60]]")
+    answer = last_answer(page)
+    expect(answer).to_have_attribute("data-status", "done", timeout=20_000)
+    assert bodies and bodies[0]["stream"] is True and bodies[0]["store"] is False, bodies
+    assert answer_text(page).startswith("Hello! Here is a streamed answer.")
+    stats = answer.locator(".stats").inner_text()
+    # what this page measured over Responses: the tokens (from usage), a rate, first token
+    assert stats.endswith("Responses") and "60 tokens" in stats, stats
+    assert re.search(r"first token \d+ ms", stats) and "tokens/s" in stats, stats
+    assert "measured by the browser" in str(answer.locator(".stats").get_attribute("title"))
+    shot(page, "parts-transport-responses")
+
+    # Stop closes the request (AbortController); the page says Stopped and stays usable
+    send(page, "A long one [[tokens=3000]]")
+    page.wait_for_function(
+        "() => ([...document.querySelectorAll('.assistant .markdown')].pop()?.textContent ?? '')"
+        ".length > 40")
+    page.get_by_role("button", name="Stop the answer").click()
+    expect(last_answer(page)).to_have_attribute("data-status", "stopped")
+    kept = answer_text(page)
+    page.wait_for_timeout(300)
+    assert answer_text(page) == kept, "the answer kept growing after Stop"

@@ -203,7 +203,7 @@ export function App() {
                   (<code>{hello.models[0]}</code>)
                 </>
               ) : null}
-              . Switch the transport above to compare WebSocket, SSE and REST.
+              . Switch the transport above to compare WebSocket, SSE, Responses and REST.
             </p>
           </div>
         )}

@@ -96,7 +96,7 @@ export interface GenerationHandle {
   cancel(): void;
 }
 
-export type TransportKind = 'ws' | 'sse' | 'rest';
+export type TransportKind = 'ws' | 'sse' | 'rest' | 'responses';
 
 export interface Transport {
   readonly kind: TransportKind;

@@ -43,7 +43,7 @@ export const DEFAULT_SETTINGS: Settings = {
 };
 
 const KEY = 'tokenpipe.settings';
-const TRANSPORTS: readonly TransportKind[] = ['ws', 'sse', 'rest'];
+const TRANSPORTS: readonly TransportKind[] = ['ws', 'sse', 'rest', 'responses'];
 export const TOOL_CHOICES: readonly ToolChoice[] = ['auto', 'required', 'none'];
 const TOOL_NAME = /^[A-Za-z0-9_-]{1,64}$/;
 const MAX_TOOLS = 128;
