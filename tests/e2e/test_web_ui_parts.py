@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+from typing import Any
 
-from playwright.sync_api import Page, expect
+import pytest
+from playwright.sync_api import Browser, Page, expect
 
+from tests.conftest import ServerProcess, free_port
 from tests.e2e.test_web_ui import (  # noqa: F401  (fixtures, asked for by name)
     LiveServer,
     OpenPage,
@@ -22,6 +26,7 @@ from tests.e2e.test_web_ui import (  # noqa: F401  (fixtures, asked for by name)
     send,
     shot,
     wait_connected,
+    wait_for_answer_text,
 )
 
 THOUGHT = ("The user greets me. A greeting deserves a greeting back, short and kind; "
@@ -165,3 +170,50 @@ def test_an_answer_through_the_responses_transport(live_server: LiveServer,
     kept = answer_text(page)
     page.wait_for_timeout(300)
     assert answer_text(page) == kept, "the answer kept growing after Stop"
+
+
+def test_continue_after_a_server_restart(browser: Browser, built_ui: None,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    port = free_port()  # the page knows the server by its address: the new one takes it over
+    monkeypatch.setattr("tests.conftest.free_port", lambda: port)
+    args = ("--engine", "fake", "--fake-pace-ms", "10")
+    servers = [ServerProcess(args)]
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    try:
+        servers[0].wait_ready()
+        page = context.new_page()
+        page.set_default_timeout(20_000)
+        sent: list[dict[str, Any]] = []
+        page.on("websocket", lambda ws: ws.on("framesent", lambda f: sent.append(json.loads(f))
+                                              if isinstance(f, str) and '"generate"' in f
+                                              else None))
+        page.goto(servers[0].url)
+        wait_connected(page)
+        # plain prose (the fake engine echoes it): what the page shows is the text itself
+        send(page, "[[echo]] " + "tokens flow one by one, " * 60)
+        wait_for_answer_text(page, 60)
+        servers[0].stop(signal.SIGKILL)  # gone mid-answer, with the answer it was keeping
+        servers.append(ServerProcess(args))
+        servers[1].wait_ready()
+        answer = last_answer(page)
+        # the page reconnects, asks to resume, and the new server knows nothing of it
+        expect(answer).to_have_attribute("data-status", "interrupted")
+        expect(answer.locator(".badge-interrupted")).to_contain_text("no longer has this answer")
+        partial = answer_text(page).rstrip()
+        assert 60 < len(partial) < 60 * len("tokens flow one by one, "), partial
+        shot(page, "parts-continue-offered")
+
+        answer.get_by_role("button", name="Continue this answer").click()
+        expect(answer).to_have_attribute("data-status", "done")
+        grown = answer_text(page)
+        assert grown.startswith(partial) and len(grown) > len(partial), (partial, grown)
+        expect(page.locator("article.message")).to_have_count(2)  # the same turn, no new one
+        # it went as the partial answer in the last, assistant, message of the conversation
+        last = sent[-1]["messages"]
+        assert [m["role"] for m in last] == ["user", "assistant"], last
+        assert last[-1]["content"].rstrip() == partial, (last[-1], partial)
+        shot(page, "parts-continued")
+    finally:
+        context.close()
+        for server in servers:
+            server.stop()

@@ -107,6 +107,8 @@ export type ChatAction =
   | { type: 'edit'; conversationId: string; messageId: string; user: Message; assistant: Message; now: number }
   /** A new version of the answer `messageId` (default: the last one). */
   | { type: 'regenerate'; conversationId: string; messageId?: string; assistant: Message; now: number }
+  /** Go on with a partial answer that cannot be resumed: it is sent back as the start of the turn. */
+  | ({ type: 'answer/continue' } & AnswerRef)
   | ({ type: 'answer/queued'; position: number } & AnswerRef)
   | ({ type: 'answer/started'; model?: string; stream?: string } & AnswerRef)
   | ({ type: 'answer/append'; text: string; seq?: number; deltas?: number; at?: number; reasoning?: string; calls?: ToolCallPiece[] } & AnswerRef)
@@ -118,6 +120,18 @@ const RUNNING: ReadonlySet<AnswerStatus | undefined> = new Set<AnswerStatus | un
 
 export function isRunning(message: Message): boolean {
   return message.role === 'assistant' && RUNNING.has(message.status);
+}
+
+/** A partial answer the model can go on with (assistant prefill): it ended before the model finished. */
+export function canContinue(message: Message): boolean {
+  return message.role === 'assistant' && (message.status === 'interrupted' || message.status === 'error') && message.content.trim() !== '';
+}
+
+/** The messages for Continue: the history before the answer, then the partial answer as the last, assistant, turn. */
+export function continuationOf(conversation: Conversation, messageId: string, fallbackSystemPrompt = ''): WireMessage[] | null {
+  const message = conversation.messages.find((m) => m.id === messageId);
+  if (!message || !canContinue(message)) return null;
+  return [...historyBefore(conversation, messageId, fallbackSystemPrompt), { role: 'assistant', content: message.content }];
 }
 
 export function titleFrom(text: string): string {
@@ -303,6 +317,15 @@ export function chatReducer(state: ChatState, action: ChatAction): ChatState {
     case 'edit':
     case 'regenerate':
       return editOrRegenerate(state, action);
+    case 'answer/continue': {
+      const conversation = state.conversations[action.conversationId];
+      if (!conversation || conversation.messages.some(isRunning)) return state;
+      return updateAnswer(state, action, (m) => {
+        if (!canContinue(m)) return m;
+        const { note: _n, unresumable: _u, error: _e, stats: _s, streamedTokens: _t, firstTokenAt: _f, finishReason: _r, ...rest } = m;
+        return { ...rest, status: 'waiting' };
+      });
+    }
     case 'answer/queued':
       return updateAnswer(state, action, whileRunning((m) => ({ ...m, status: 'waiting', queuePosition: action.position })));
     case 'answer/started':

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { chatReducer, initialChatState, type ChatAction, type ChatState, type Message } from './conversations';
+import { canContinue, chatReducer, continuationOf, initialChatState, type ChatAction, type ChatState, type Message } from './conversations';
 import { mergeCalls, prettyJsonPrefix, thoughtFor } from './parts';
 
 const loaded = chatReducer(initialChatState, { type: 'hydrate', conversations: [] });
@@ -98,5 +98,48 @@ describe('chatReducer: the thinking and the calls of an answer', () => {
     expect(a1?.reasoning).toBeUndefined();
     expect(a1?.reasoningEndedAt).toBeUndefined();
     expect(a1?.toolCalls).toBeUndefined();
+  });
+});
+
+describe('chatReducer: Continue a partial answer', () => {
+  const interrupted = () =>
+    apply(
+      { type: 'answer/started', ...ref, stream: 'tok' },
+      { type: 'answer/append', ...ref, text: 'The capital of', seq: 3, at: 10 },
+      { type: 'answer/interrupted', ...ref, reason: 'The server no longer has this answer', unresumable: true, at: 20 },
+    );
+
+  it('sends the partial answer back as the last, assistant, turn', () => {
+    const conversation = interrupted().conversations.c1;
+    expect(conversation && continuationOf(conversation, 'a1', 'Be brief.')).toEqual([
+      { role: 'system', content: 'Be brief.' },
+      { role: 'user', content: 'Hi' },
+      { role: 'assistant', content: 'The capital of' },
+    ]);
+  });
+
+  it('runs the same answer again, the continuation appended to what it had', () => {
+    const state = [
+      { type: 'answer/continue', ...ref } as const,
+      { type: 'answer/started', ...ref, stream: 'tok2' } as const,
+      { type: 'answer/append', ...ref, text: ' France is Paris.', seq: 0, at: 30 } as const,
+      { type: 'answer/finished', ...ref, finishReason: 'stop', at: 40 } as const,
+    ].reduce<ChatState>((s, a) => chatReducer(s, a as ChatAction), interrupted());
+    const a1 = answerOf(state);
+    expect(a1).toMatchObject({ content: 'The capital of France is Paris.', status: 'done', finishReason: 'stop' });
+    expect(a1?.unresumable).toBeUndefined();
+    expect(a1?.note).toBeUndefined();
+    expect(state.conversations.c1?.messages).toHaveLength(2); // no new version, no new turn
+  });
+
+  it('is offered only for an answer cut short with some text', () => {
+    const cut = answerOf(interrupted());
+    expect(cut && canContinue(cut)).toBe(true);
+    const done = answerOf(apply({ type: 'answer/append', ...ref, text: 'Whole.' }, { type: 'answer/finished', ...ref, finishReason: 'stop' }));
+    expect(done && canContinue(done)).toBe(false);
+    const empty = answerOf(apply({ type: 'answer/interrupted', ...ref, reason: 'lost' }));
+    expect(empty && canContinue(empty)).toBe(false);
+    const finished = apply({ type: 'answer/append', ...ref, text: 'Whole.' }, { type: 'answer/finished', ...ref, finishReason: 'stop' });
+    expect(chatReducer(finished, { type: 'answer/continue', ...ref })).toBe(finished);
   });
 });
