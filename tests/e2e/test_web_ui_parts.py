@@ -25,6 +25,7 @@ from tests.e2e.test_web_ui import (  # noqa: F401  (fixtures, asked for by name)
     open_page,
     send,
     shot,
+    shot_both_schemes,
     wait_connected,
     wait_for_answer_text,
 )
@@ -62,7 +63,7 @@ def check_folded_thinking(page: Page, name: str) -> None:
     shot(page, f"parts-thought-folded-{name}")
     toggle.click()
     expect(thought).to_have_text(THOUGHT)
-    shot(page, f"parts-thought-open-{name}")
+    shot_both_schemes(page, f"parts-thought-open-{name}")
 
 
 def test_thinking_is_folded_above_the_answer_and_kept(
@@ -115,7 +116,23 @@ def test_tool_calls_show_as_cards_on_the_model(live_server: LiveServer,
     shot(page, "parts-tools-settings")
     page.keyboard.press("Escape")
 
-    send(page, "What is the weather in Paris right now?")
+    check_one_call(page, "What is the weather in Paris right now?")
+    shot_both_schemes(page, "parts-tool-call")
+    # the OpenAI SSE transport brings the calls as delta.tool_calls fragments
+    page.get_by_role("button", name="New conversation").click()
+    page.get_by_role("radio", name="SSE").check()
+    check_one_call(page, "What is the weather in Rome?")
+
+    # the tools stay in Settings after a reload
+    page.reload()
+    page.get_by_role("button", name="Settings").click()
+    stored = page.get_by_role("dialog", name="Settings").get_by_label(
+        "Tools (JSON, OpenAI shape)").input_value()
+    assert json.loads(stored) == WEATHER
+
+
+def check_one_call(page: Page, question: str) -> None:
+    send(page, question)
     answer = last_answer(page)
     cards = answer.get_by_role("region", name="Tool call get_weather")
     expect(cards.first).to_be_visible(timeout=60_000)
@@ -131,14 +148,6 @@ def test_tool_calls_show_as_cards_on_the_model(live_server: LiveServer,
     assert len(ids) == cards.count() and all(i.startswith("call_") for i in ids), ids
     expect(answer.locator(".badge-tool-calls")).to_have_text(
         "The model called a tool; this page does not run tools.")
-    shot(page, "parts-tool-call")
-
-    # the tools stay in Settings after a reload
-    page.reload()
-    page.get_by_role("button", name="Settings").click()
-    stored = page.get_by_role("dialog", name="Settings").get_by_label(
-        "Tools (JSON, OpenAI shape)").input_value()
-    assert json.loads(stored) == WEATHER
 
 
 def test_an_answer_through_the_responses_transport(live_server: LiveServer,
