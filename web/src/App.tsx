@@ -13,12 +13,17 @@ import { useConversations } from './hooks/useConversations';
 import { useGeneration } from './hooks/useGeneration';
 import { useSettings } from './hooks/useSettings';
 import { useTransport } from './hooks/useTransport';
-import { chatReducer, historyBefore, isRunning, type ChatAction, type Message } from './state/conversations';
-import { samplingParams } from './state/settings';
+import { chatReducer, continuationOf, historyBefore, isRunning, type ChatAction, type Message } from './state/conversations';
+import { samplingParams, type Settings } from './state/settings';
 
 function newId(prefix: string): string {
   // crypto.randomUUID needs a secure context; a LAN address over http is not one.
   return `${prefix}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 10)}`;
+}
+
+/** The OpenAI API wants a model; tokenpipe.v1 falls back to the server's default. */
+function modelFor(settings: Settings, known: string[] | null): string | undefined {
+  return settings.model && known?.includes(settings.model) ? settings.model : settings.transport === 'ws' ? undefined : known?.[0];
 }
 
 function placeholderAnswer(now: number): Message {
@@ -54,8 +59,7 @@ export function App() {
       dispatch(action);
       setFollowToken((t) => t + 1);
       const messages = historyBefore(conversation, action.assistant.id, s.systemPrompt);
-      // The OpenAI API wants a model; tokenpipe.v1 falls back to the server's default.
-      const model = s.model && known?.includes(s.model) ? s.model : s.transport === 'ws' ? undefined : known?.[0];
+      const model = modelFor(s, known);
       g.start(conversation.id, action.assistant.id, { messages, params: samplingParams(s), ...(model ? { model } : {}) });
     },
     [dispatch],
@@ -94,6 +98,19 @@ export function App() {
       onDelete(messageId) {
         const id = latest.current.state.activeId;
         if (id) dispatch({ type: 'deleteMessage', conversationId: id, messageId });
+      },
+      onContinue(messageId) {
+        const { state: current, settings: s, generation: g, models: known } = latest.current;
+        const conversation = current.activeId ? current.conversations[current.activeId] : undefined;
+        const messages = conversation && continuationOf(conversation, messageId, s.systemPrompt);
+        if (!conversation || !messages) return;
+        const action = { type: 'answer/continue', conversationId: conversation.id, messageId } as const;
+        if (chatReducer(current, action) === current) return;
+        dispatch(action);
+        setFollowToken((t) => t + 1);
+        const model = modelFor(s, known);
+        // The partial answer is the last, assistant, message: the server continues that turn (assistant prefill).
+        g.start(conversation.id, messageId, { messages, params: samplingParams(s), ...(model ? { model } : {}) });
       },
     }),
     [ask, dispatch],
@@ -203,7 +220,7 @@ export function App() {
                   (<code>{hello.models[0]}</code>)
                 </>
               ) : null}
-              . Switch the transport above to compare WebSocket, SSE and REST.
+              . Switch the transport above to compare WebSocket, SSE, Responses and REST.
             </p>
           </div>
         )}

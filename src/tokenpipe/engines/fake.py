@@ -35,6 +35,7 @@ from ..types import (
     Usage,
 )
 from .base import Engine, EngineInfo, EngineOptions, PreparedRequest
+from .prefill import render_with_prefill
 
 SCRIPT = (
     "Hello! Here is a streamed answer.\n\n"
@@ -95,10 +96,9 @@ class FakeEngine(Engine):
     def render(self, request: GenerationRequest) -> str:
         if request.prompt is not None:
             return request.prompt
-        assert request.messages is not None
-        return "".join(f"<|{m.role}|>{m.content}<|end|>" for m in request.messages) + (
-            "<|assistant|>"
-        )
+        # a last assistant message is the answer begun, as on the real engines
+        return render_with_prefill(request, lambda r: "".join(
+            f"<|{m.role}|>{m.content}<|end|>" for m in r.messages or ()) + "<|assistant|>")
 
     def tokenize(self, text: str) -> Sequence[int]:
         return fake_tokenize(text.encode())

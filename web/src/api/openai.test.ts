@@ -158,3 +158,60 @@ describe('listModels', () => {
     expect(await listModels('', undefined, missing.fetch)).toBeNull();
   });
 });
+
+describe('OpenAiClient: thinking and tool calls', () => {
+  function record(client: OpenAiClient) {
+    const deltas: [string, string | undefined, number | undefined, string | undefined, string | undefined][] = [];
+    const ended = new Promise<EndInfo>((resolve, reject) => {
+      client.generate(REQUEST, {
+        onDelta: (text, meta) => deltas.push([text, meta?.channel, meta?.index, meta?.callId, meta?.name]),
+        onEnd: resolve,
+        onError: (error) => reject(new Error(error.message)),
+        onInterrupted: (reason) => reject(new Error(reason)),
+      });
+    });
+    return { deltas, ended };
+  }
+
+  it('streams reasoning_content (or reasoning) and tool-call fragments on their channels', async () => {
+    const choice = (delta: unknown, finish: string | null = null) => ({ choices: [{ index: 0, delta, finish_reason: finish }] });
+    const { fetch } = fakeFetch(() =>
+      new Response(
+        streamOf(
+          sse([
+            choice({ role: 'assistant', reasoning_content: 'Hmm', reasoning: 'Hmm' }),
+            choice({ reasoning: ' ok' }),
+            choice({ content: 'Calling.' }),
+            choice({ tool_calls: [{ index: 0, id: 'call_x', type: 'function', function: { name: 'get_weather', arguments: '' } }] }),
+            choice({ tool_calls: [{ index: 0, function: { arguments: '{"city":"Oslo"}' } }] }),
+            choice({}, 'tool_calls'),
+          ]),
+        ),
+      ),
+    );
+    const { deltas, ended } = record(new OpenAiClient({ baseUrl: '', stream: true, fetch }));
+    expect((await ended).finishReason).toBe('tool_calls');
+    expect(deltas).toEqual([
+      ['Hmm', 'reasoning', undefined, undefined, undefined],
+      [' ok', 'reasoning', undefined, undefined, undefined],
+      ['Calling.', undefined, undefined, undefined, undefined],
+      ['', 'tool_call', 0, 'call_x', 'get_weather'],
+      ['{"city":"Oslo"}', 'tool_call', 0, undefined, undefined],
+    ]);
+  });
+
+  it('reads them from a whole answer (REST) too', async () => {
+    const body = {
+      model: 'm',
+      choices: [{ index: 0, finish_reason: 'tool_calls', message: { role: 'assistant', content: null, reasoning_content: 'Plan', tool_calls: [{ id: 'call_y', type: 'function', function: { name: 'f', arguments: '{}' } }] } }],
+      usage: { prompt_tokens: 3, completion_tokens: 9 },
+    };
+    const { fetch } = fakeFetch(() => Response.json(body));
+    const { deltas, ended } = record(new OpenAiClient({ baseUrl: '', stream: false, fetch }));
+    expect((await ended).finishReason).toBe('tool_calls');
+    expect(deltas).toEqual([
+      ['Plan', 'reasoning', undefined, undefined, undefined],
+      ['{}', 'tool_call', 0, 'call_y', 'f'],
+    ]);
+  });
+});

@@ -18,8 +18,31 @@ function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
-function toFinishReason(value: unknown): FinishReason {
-  return value === 'length' || value === 'cancelled' ? value : 'stop';
+export function toFinishReason(value: unknown): FinishReason {
+  return value === 'length' || value === 'cancelled' || value === 'tool_calls' ? value : 'stop';
+}
+
+/** The thinking of a message or delta: servers name it `reasoning_content` or `reasoning` (both alike here). */
+export function reasoningOf(part: Record<string, unknown>): string {
+  const text = part.reasoning_content ?? part.reasoning;
+  return typeof text === 'string' ? text : '';
+}
+
+/** OpenAI's `tool_calls` (a delta's fragments, or a whole message's calls) to the page's deltas. */
+export function emitToolCalls(value: unknown, handlers: GenerationHandlers): void {
+  if (!Array.isArray(value)) return;
+  for (const [position, call] of value.entries()) {
+    if (!isRecord(call)) continue;
+    const fn = isRecord(call.function) ? call.function : {};
+    const index = typeof call.index === 'number' ? call.index : position;
+    const args = typeof fn.arguments === 'string' ? fn.arguments : '';
+    handlers.onDelta(args, {
+      channel: 'tool_call',
+      index,
+      ...(typeof call.id === 'string' ? { callId: call.id } : {}),
+      ...(typeof fn.name === 'string' ? { name: fn.name } : {}),
+    });
+  }
 }
 
 function toUsage(value: unknown): Usage | undefined {
@@ -111,9 +134,12 @@ export class OpenAiClient implements Transport {
     const choice = firstChoice(body);
     const message = choice && isRecord(choice.message) ? choice.message : undefined;
     const content = message && typeof message.content === 'string' ? message.content : '';
+    const reasoning = message ? reasoningOf(message) : '';
     settle(() => {
       handlers.onStart?.({ model: typeof body.model === 'string' ? body.model : undefined, promptTokens: toUsage(body.usage)?.prompt_tokens });
+      if (reasoning) handlers.onDelta(reasoning, { channel: 'reasoning' });
       if (content) handlers.onDelta(content);
+      emitToolCalls(message?.tool_calls, handlers);
       handlers.onEnd({ finishReason: toFinishReason(choice?.finish_reason), usage: toUsage(body.usage) });
     });
   }
@@ -155,7 +181,12 @@ export class OpenAiClient implements Transport {
       const choice = firstChoice(chunk);
       if (!choice) return;
       const delta = isRecord(choice.delta) ? choice.delta : undefined;
-      if (delta && typeof delta.content === 'string' && delta.content) handlers.onDelta(delta.content);
+      if (delta) {
+        const reasoning = reasoningOf(delta);
+        if (reasoning) handlers.onDelta(reasoning, { channel: 'reasoning' });
+        if (typeof delta.content === 'string' && delta.content) handlers.onDelta(delta.content);
+        emitToolCalls(delta.tool_calls, handlers);
+      }
       if (typeof choice.finish_reason === 'string') finishReason = toFinishReason(choice.finish_reason);
     };
     try {

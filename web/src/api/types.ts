@@ -17,7 +17,20 @@ export interface SamplingParams {
   min_p?: number;
   repetition_penalty?: number;
   stop?: string[];
+  /** `auto`: the model's thinking comes apart from the answer (the reasoning channel). */
+  reasoning_format?: 'auto' | 'none';
+  /** Functions the model may call, in OpenAI's shape; this page runs none of them. */
+  tools?: ToolSpec[];
+  tool_choice?: ToolChoice;
+  parallel_tool_calls?: boolean;
 }
+
+export interface ToolSpec {
+  type: 'function';
+  function: { name: string; description?: string; parameters?: Record<string, unknown> };
+}
+
+export type ToolChoice = 'auto' | 'none' | 'required';
 
 export interface GenerationRequest {
   messages: WireMessage[];
@@ -83,7 +96,7 @@ export interface GenerationHandle {
   cancel(): void;
 }
 
-export type TransportKind = 'ws' | 'sse' | 'rest';
+export type TransportKind = 'ws' | 'sse' | 'rest' | 'responses';
 
 export interface Transport {
   readonly kind: TransportKind;

@@ -1,12 +1,13 @@
 import { memo, useLayoutEffect, useRef, useState, type KeyboardEvent } from 'react';
 import { describeError } from '../api/errors';
-import type { Message } from '../state/conversations';
+import { canContinue, type Message } from '../state/conversations';
 import { autosize, isImeComposing } from './Composer';
 import { CopyButton } from './CopyButton';
 import { liveParts, statsParts } from './format';
 import { useFrameClock } from './useFrameClock';
-import { ChevronLeft, ChevronRight, Pencil, RefreshCw, RotateCcw, Trash2 } from 'lucide-react';
+import { ChevronLeft, ChevronRight, FastForward, Pencil, RefreshCw, RotateCcw, Trash2 } from 'lucide-react';
 import { Markdown } from './Markdown';
+import { ReasoningView, ToolCallCards } from './AnswerParts';
 
 export interface MessageActions {
   onEdit(messageId: string, content: string): void;
@@ -14,6 +15,8 @@ export interface MessageActions {
   onRegenerate(messageId: string): void;
   onVersion(messageId: string, step: -1 | 1): void;
   onDelete(messageId: string): void;
+  /** Go on with a partial answer (sent back as the start of the assistant turn). */
+  onContinue(messageId: string): void;
 }
 
 interface MessageViewProps {
@@ -139,7 +142,11 @@ function AnswerStatus({ message }: { message: Message }) {
       return (
         <p className="badge badge-interrupted" role="status">
           Interrupted{message.note ? `: ${message.note}` : ''}
-          {message.unresumable ? ' Retry from here asks again; this partial answer stays as the previous version.' : ''}
+          {message.unresumable
+            ? canContinue(message)
+              ? ' Continue lets the model go on from this partial answer; Retry from here asks again, keeping this one as the previous version.'
+              : ' Retry from here asks again; this partial answer stays as the previous version.'
+            : ''}
         </p>
       );
     case 'error':
@@ -149,6 +156,7 @@ function AnswerStatus({ message }: { message: Message }) {
         </p>
       ) : null;
     case 'done':
+      if (message.finishReason === 'tool_calls') return <p className="badge badge-tool-calls">The model called a tool; this page does not run tools.</p>;
       return message.finishReason === 'length' ? <p className="badge badge-stopped">Cut at the max tokens limit</p> : null;
     default:
       return null;
@@ -161,7 +169,9 @@ function AssistantMessage({ message, canChange, offline, actions, version, versi
   const figures = streaming ? liveParts(message, now) : message.stats ? statsParts(message.stats, message.model) : null;
   return (
     <article className="message assistant" aria-label="Answer" aria-busy={streaming} data-status={message.status}>
+      {message.reasoning ? <ReasoningView message={message} /> : null}
       {message.content ? <Markdown text={message.content} streaming={streaming} /> : null}
+      <ToolCallCards message={message} />
       <AnswerStatus message={message} />
       <div className="message-footer">
         {streaming ? (
@@ -173,8 +183,13 @@ function AssistantMessage({ message, canChange, offline, actions, version, versi
           <>
             <VersionSwitch message={message} version={version} versionCount={versionCount} canChange={canChange} actions={actions} />
             {message.content ? <CopyButton text={message.content} label="Copy the answer" /> : null}
+            {canContinue(message) ? (
+              <button type="button" className="button-primary small" onClick={() => actions.onContinue(message.id)} disabled={!canChange} aria-label="Continue this answer">
+                <FastForward aria-hidden="true" size={16} /> Continue
+              </button>
+            ) : null}
             {message.unresumable ? (
-              <button type="button" className="button-primary small" onClick={() => actions.onRegenerate(message.id)} disabled={!canChange}>
+              <button type="button" className={canContinue(message) ? 'button-ghost small' : 'button-primary small'} onClick={() => actions.onRegenerate(message.id)} disabled={!canChange}>
                 <RotateCcw aria-hidden="true" size={16} /> Retry from here
               </button>
             ) : (

@@ -1,6 +1,6 @@
 import { X } from 'lucide-react';
 import { useEffect, useRef, useState, type ReactNode } from 'react';
-import { parseStopStrings } from '../state/settings';
+import { parseStopStrings, parseTools, TOOL_CHOICES } from '../state/settings';
 import type { Settings } from '../state/settings';
 
 interface SettingsDialogProps {
@@ -74,6 +74,61 @@ function NumberField(props: {
         </small>
       ) : null}
     </div>
+  );
+}
+
+/** The tools as JSON text: saved only when it is a valid OpenAI tool list. */
+function ToolsField({ settings, onChange }: Pick<SettingsDialogProps, 'settings' | 'onChange'>) {
+  const [error, setError] = useState<string | null>(null);
+  const initial = settings.tools.length ? JSON.stringify(settings.tools, null, 2) : '';
+  return (
+    <>
+      <div className="field">
+        <label htmlFor="tools">Tools (JSON, OpenAI shape)</label>
+        <textarea
+          id="tools"
+          rows={5}
+          spellCheck={false}
+          className="code-input"
+          defaultValue={initial}
+          placeholder='[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]'
+          aria-describedby={`tools-hint${error ? ' tools-error' : ''}`}
+          aria-invalid={error !== null}
+          onChange={(event) => {
+            const parsed = parseTools(event.target.value);
+            if ('error' in parsed) setError(parsed.error);
+            else {
+              setError(null);
+              onChange({ tools: parsed.tools });
+            }
+          }}
+        />
+        <small id="tools-hint">Offered to the model with each message; its calls show as cards. This page runs no tool. Empty: none.</small>
+        {error ? (
+          <small id="tools-error" className="field-error" role="alert">
+            Not saved: {error}; the {settings.tools.length ? `saved list of ${settings.tools.length}` : 'empty list'} still applies.
+          </small>
+        ) : null}
+      </div>
+      <div className="field">
+        <label htmlFor="tool-choice">Tool choice</label>
+        <select id="tool-choice" value={settings.toolChoice} onChange={(event) => onChange({ toolChoice: TOOL_CHOICES.find((c) => c === event.target.value) ?? 'auto' })}>
+          {TOOL_CHOICES.map((choice) => (
+            <option key={choice} value={choice}>
+              {choice}
+            </option>
+          ))}
+        </select>
+        <small>auto: the model chooses; required: at least one call; none: text only.</small>
+      </div>
+      <div className="field">
+        <label className="checkbox">
+          <input type="checkbox" checked={settings.parallelToolCalls} onChange={(event) => onChange({ parallelToolCalls: event.target.checked })} />
+          Several calls in one answer
+        </label>
+        <small>Off: at most one call per answer.</small>
+      </div>
+    </>
   );
 }
 
@@ -177,6 +232,9 @@ export function SettingsDialog({ open, settings, maxTokensLimit, defaultMaxToken
                 />
                 <small>One per line, up to 16: the answer ends before the first one generated.</small>
               </div>
+            </Section>
+            <Section title="Tools">
+              <ToolsField settings={settings} onChange={onChange} />
             </Section>
             <Section title="Server">
               <div className="field">

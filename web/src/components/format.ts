@@ -1,7 +1,7 @@
 import type { TransportKind } from '../api/types';
 import type { AnswerStats, Message } from '../state/conversations';
 
-export const TRANSPORT_NAMES: Record<TransportKind, string> = { ws: 'WebSocket', sse: 'SSE', rest: 'REST' };
+export const TRANSPORT_NAMES: Record<TransportKind, string> = { ws: 'WebSocket', sse: 'SSE', rest: 'REST', responses: 'Responses' };
 
 /** Below this many tokens a rate says more about timer noise than about the model. */
 export const MIN_RATE_TOKENS = 8;

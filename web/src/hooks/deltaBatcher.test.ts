@@ -104,4 +104,20 @@ describe('DeltaBatcher', () => {
     frames.run();
     expect(delivered).toEqual([]);
   });
+  it('keeps thinking and tool-call fragments apart from the text, their seq counted alike', () => {
+    const frames = manualFrames();
+    const delivered: unknown[] = [];
+    const batcher = new DeltaBatcher((_c, _m, text, seq, deltas, extras) => delivered.push({ text, seq, deltas, extras }), frames);
+    batcher.add('c', 'a', 'Think', 0, { channel: 'reasoning' });
+    batcher.add('c', 'a', 'ing', 1, { channel: 'reasoning' });
+    batcher.add('c', 'a', 'Sure.', 2);
+    batcher.add('c', 'a', '', 3, { channel: 'tool_call', index: 0, callId: 'call_1', name: 'f' });
+    batcher.add('c', 'a', '{"a":', 4, { channel: 'tool_call', index: 0 });
+    batcher.add('c', 'a', '1}', 5, { channel: 'tool_call', index: 0 });
+    batcher.add('c', 'a', 'x', 6, { channel: 'something-new' });
+    frames.run();
+    expect(delivered).toEqual([
+      { text: 'Sure.', seq: 6, deltas: 7, extras: { reasoning: 'Thinking', calls: [{ index: 0, callId: 'call_1', name: 'f', text: '{"a":1}' }] } },
+    ]);
+  });
 });

@@ -48,8 +48,18 @@ export function useGeneration(dispatch: Dispatch<ChatAction>, transport: Transpo
   const running = useRef(new Map<string, Running>());
   const batcher = useMemo(
     () =>
-      new DeltaBatcher((conversationId, messageId, text, seq, deltas) =>
-        dispatch({ type: 'answer/append', conversationId, messageId, text, deltas, at: Date.now(), ...(seq !== undefined ? { seq } : {}) }),
+      new DeltaBatcher((conversationId, messageId, text, seq, deltas, extras) =>
+        dispatch({
+          type: 'answer/append',
+          conversationId,
+          messageId,
+          text,
+          deltas,
+          at: Date.now(),
+          ...(seq !== undefined ? { seq } : {}),
+          ...(extras?.reasoning ? { reasoning: extras.reasoning } : {}),
+          ...(extras?.calls.length ? { calls: extras.calls } : {}),
+        }),
         undefined,
         RENDER_INTERVAL_MS,
       ),
@@ -72,15 +82,21 @@ export function useGeneration(dispatch: Dispatch<ChatAction>, transport: Transpo
         onStart: (info) => dispatch({ type: 'answer/started', ...ref, model: info.model, ...(info.stream ? { stream: info.stream } : {}) }),
         onDelta: (text, meta) => {
           clock.firstTokenAt ??= performance.now();
-          // Tool-call deltas are not text of the answer (the page sends no tools yet), but their seq counts for a resume.
-          const content = meta?.channel === undefined || meta.channel === 'content' ? text : '';
-          batcher.add(conversationId, messageId, content, meta?.seq);
+          // Thinking and call fragments go to their own parts; every delta's seq counts for a resume.
+          batcher.add(conversationId, messageId, text, meta?.seq, meta);
         },
         onEnd: (end) =>
-          settle({ type: 'answer/finished', ...ref, finishReason: end.finishReason, stats: statsFrom(kind, clock, performance.now(), end) }),
-        onError: (error) => settle({ type: 'answer/failed', ...ref, error, stats: statsFrom(kind, clock, performance.now()) }),
+          settle({ type: 'answer/finished', ...ref, finishReason: end.finishReason, stats: statsFrom(kind, clock, performance.now(), end), at: Date.now() }),
+        onError: (error) => settle({ type: 'answer/failed', ...ref, error, stats: statsFrom(kind, clock, performance.now()), at: Date.now() }),
         onInterrupted: (reason, info) =>
-          settle({ type: 'answer/interrupted', ...ref, reason, ...(info?.unresumable ? { unresumable: true } : {}), stats: statsFrom(kind, clock, performance.now()) }),
+          settle({
+            type: 'answer/interrupted',
+            ...ref,
+            reason,
+            ...(info?.unresumable ? { unresumable: true } : {}),
+            stats: statsFrom(kind, clock, performance.now()),
+            at: Date.now(),
+          }),
       };
     },
     [batcher, dispatch, transport],

@@ -1,6 +1,7 @@
 /** The transport the settings ask for, and the state of its connection. */
 import { useCallback, useEffect, useMemo, useState, useSyncExternalStore } from 'react';
 import { listModels, OpenAiClient } from '../api/openai';
+import { ResponsesClient } from '../api/responses';
 import type { Transport, TransportKind } from '../api/types';
 import { useDebounced } from './useDebounced';
 import { TokenpipeSocket, type ConnectionState } from '../api/wsClient';
@@ -31,7 +32,12 @@ export function useTransport(kind: TransportKind, typedApiKey: string): Transpor
   const apiKey = useDebounced(typedApiKey, 400);
   const socket = useMemo(() => (kind === 'ws' ? new TokenpipeSocket({ url: websocketUrl(), apiKey }) : null), [kind, apiKey]);
   const http = useMemo(
-    () => (kind === 'ws' ? null : new OpenAiClient({ baseUrl: serverBaseUrl(), apiKey, stream: kind === 'sse' })),
+    () =>
+      kind === 'ws'
+        ? null
+        : kind === 'responses'
+          ? new ResponsesClient({ baseUrl: serverBaseUrl(), apiKey })
+          : new OpenAiClient({ baseUrl: serverBaseUrl(), apiKey, stream: kind === 'sse' }),
     [kind, apiKey],
   );
   const [httpModels, setHttpModels] = useState<string[] | null>(null);

@@ -4,6 +4,7 @@
  */
 import type { ApiError, FinishReason, TransportKind, WireMessage } from '../api/types';
 import { addVersion, allMessages, removeMessage, stepVersion, switchVersion } from './branches';
+import { mergeCalls, type ToolCall, type ToolCallPiece } from './parts';
 
 export type AnswerStatus = 'waiting' | 'streaming' | 'done' | 'stopped' | 'error' | 'interrupted';
 
@@ -39,6 +40,13 @@ export interface Message {
   firstTokenAt?: number;
   /** Why this answer cannot be resumed: offer to retry from here. */
   unresumable?: boolean;
+  /** The model's thinking before the answer (the reasoning channel), and when it came (Date.now). */
+  reasoning?: string;
+  reasoningStartedAt?: number;
+  /** When the thinking ended: the first text or call after it, or the end of the answer. */
+  reasoningEndedAt?: number;
+  /** The calls the model made; this page runs none of them. */
+  toolCalls?: ToolCall[];
 }
 
 export interface Conversation {
@@ -99,17 +107,31 @@ export type ChatAction =
   | { type: 'edit'; conversationId: string; messageId: string; user: Message; assistant: Message; now: number }
   /** A new version of the answer `messageId` (default: the last one). */
   | { type: 'regenerate'; conversationId: string; messageId?: string; assistant: Message; now: number }
+  /** Go on with a partial answer that cannot be resumed: it is sent back as the start of the turn. */
+  | ({ type: 'answer/continue' } & AnswerRef)
   | ({ type: 'answer/queued'; position: number } & AnswerRef)
   | ({ type: 'answer/started'; model?: string; stream?: string } & AnswerRef)
-  | ({ type: 'answer/append'; text: string; seq?: number; deltas?: number; at?: number } & AnswerRef)
-  | ({ type: 'answer/finished'; finishReason: FinishReason; stats?: AnswerStats } & AnswerRef)
-  | ({ type: 'answer/failed'; error: ApiError; stats?: AnswerStats } & AnswerRef)
-  | ({ type: 'answer/interrupted'; reason: string; unresumable?: boolean; stats?: AnswerStats } & AnswerRef);
+  | ({ type: 'answer/append'; text: string; seq?: number; deltas?: number; at?: number; reasoning?: string; calls?: ToolCallPiece[] } & AnswerRef)
+  | ({ type: 'answer/finished'; finishReason: FinishReason; stats?: AnswerStats; at?: number } & AnswerRef)
+  | ({ type: 'answer/failed'; error: ApiError; stats?: AnswerStats; at?: number } & AnswerRef)
+  | ({ type: 'answer/interrupted'; reason: string; unresumable?: boolean; stats?: AnswerStats; at?: number } & AnswerRef);
 
 const RUNNING: ReadonlySet<AnswerStatus | undefined> = new Set<AnswerStatus | undefined>(['waiting', 'streaming']);
 
 export function isRunning(message: Message): boolean {
   return message.role === 'assistant' && RUNNING.has(message.status);
+}
+
+/** A partial answer the model can go on with (assistant prefill): it ended before the model finished. */
+export function canContinue(message: Message): boolean {
+  return message.role === 'assistant' && (message.status === 'interrupted' || message.status === 'error') && message.content.trim() !== '';
+}
+
+/** The messages for Continue: the history before the answer, then the partial answer as the last, assistant, turn. */
+export function continuationOf(conversation: Conversation, messageId: string, fallbackSystemPrompt = ''): WireMessage[] | null {
+  const message = conversation.messages.find((m) => m.id === messageId);
+  if (!message || !canContinue(message)) return null;
+  return [...historyBefore(conversation, messageId, fallbackSystemPrompt), { role: 'assistant', content: message.content }];
 }
 
 export function titleFrom(text: string): string {
@@ -295,6 +317,15 @@ export function chatReducer(state: ChatState, action: ChatAction): ChatState {
     case 'edit':
     case 'regenerate':
       return editOrRegenerate(state, action);
+    case 'answer/continue': {
+      const conversation = state.conversations[action.conversationId];
+      if (!conversation || conversation.messages.some(isRunning)) return state;
+      return updateAnswer(state, action, (m) => {
+        if (!canContinue(m)) return m;
+        const { note: _n, unresumable: _u, error: _e, stats: _s, streamedTokens: _t, firstTokenAt: _f, finishReason: _r, ...rest } = m;
+        return { ...rest, status: 'waiting' };
+      });
+    }
     case 'answer/queued':
       return updateAnswer(state, action, whileRunning((m) => ({ ...m, status: 'waiting', queuePosition: action.position })));
     case 'answer/started':
@@ -309,37 +340,54 @@ export function chatReducer(state: ChatState, action: ChatAction): ChatState {
         ),
       );
     case 'answer/append':
-      return updateAnswer(
-        state,
-        action,
-        whileRunning((m) => ({
-          ...settle(m, {}),
-          status: 'streaming',
-          content: m.content + action.text,
-          streamedTokens: (m.streamedTokens ?? 0) + (action.deltas ?? 1),
-          ...((m.firstTokenAt ?? action.at) !== undefined ? { firstTokenAt: m.firstTokenAt ?? action.at } : {}),
-          ...(m.resume && action.seq !== undefined ? { resume: { ...m.resume, seq: action.seq } } : {}),
-        })),
-      );
+      return updateAnswer(state, action, whileRunning((m) => appended(m, action)));
     case 'answer/finished':
       return updateAnswer(
         state,
         action,
         whileRunning((m) =>
-          dropResume(settle(m, { status: action.finishReason === 'cancelled' ? 'stopped' : 'done', finishReason: action.finishReason, stats: action.stats })),
+          ended(settle(m, { status: action.finishReason === 'cancelled' ? 'stopped' : 'done', finishReason: action.finishReason, stats: action.stats }), action.at),
         ),
       );
     case 'answer/failed':
-      return updateAnswer(state, action, whileRunning((m) => dropResume(settle(m, { status: 'error', error: action.error, stats: action.stats }))));
+      return updateAnswer(state, action, whileRunning((m) => ended(settle(m, { status: 'error', error: action.error, stats: action.stats }), action.at)));
     case 'answer/interrupted':
       return updateAnswer(
         state,
         action,
         whileRunning((m) =>
-          dropResume(settle(m, { status: 'interrupted', note: action.reason, stats: action.stats, ...(action.unresumable ? { unresumable: true } : {}) })),
+          ended(settle(m, { status: 'interrupted', note: action.reason, stats: action.stats, ...(action.unresumable ? { unresumable: true } : {}) }), action.at),
         ),
       );
   }
+}
+
+/** One batch of deltas: text, thinking and call fragments, each where it belongs. */
+function appended(m: Message, action: Extract<ChatAction, { type: 'answer/append' }>): Message {
+  const next: Message = {
+    ...settle(m, {}),
+    status: 'streaming',
+    content: m.content + action.text,
+    streamedTokens: (m.streamedTokens ?? 0) + (action.deltas ?? 1),
+    ...((m.firstTokenAt ?? action.at) !== undefined ? { firstTokenAt: m.firstTokenAt ?? action.at } : {}),
+    ...(m.resume && action.seq !== undefined ? { resume: { ...m.resume, seq: action.seq } } : {}),
+  };
+  if (action.reasoning) {
+    next.reasoning = (m.reasoning ?? '') + action.reasoning;
+    const startedAt = m.reasoningStartedAt ?? action.at;
+    if (startedAt !== undefined) next.reasoningStartedAt = startedAt;
+  }
+  if (action.calls?.length) next.toolCalls = mergeCalls(m.toolCalls, action.calls);
+  // The thinking is over once the answer itself (text or a call) begins.
+  const answerBegan = action.text !== '' || (action.calls?.length ?? 0) > 0;
+  if (answerBegan && next.reasoning && next.reasoningEndedAt === undefined && action.at !== undefined) next.reasoningEndedAt = action.at;
+  return next;
+}
+
+/** A settled answer: nothing left to resume, and thinking that was still going ends here. */
+function ended(message: Message, at: number | undefined): Message {
+  const done = dropResume(message);
+  return done.reasoning && done.reasoningEndedAt === undefined && at !== undefined ? { ...done, reasoningEndedAt: at } : done;
 }
 
 /** A settled answer has nothing left to resume. */

@@ -1,5 +1,5 @@
 /** User settings, kept in localStorage (the API key too: it never leaves this browser but for the server). */
-import type { SamplingParams, TransportKind } from '../api/types';
+import type { SamplingParams, ToolChoice, ToolSpec, TransportKind } from '../api/types';
 
 export interface Settings {
   transport: TransportKind;
@@ -17,6 +17,11 @@ export interface Settings {
   apiKey: string;
   /** '' : the server's default model. */
   model: string;
+  /** Functions offered to the model with each message (validated by parseTools); empty: none. */
+  tools: ToolSpec[];
+  toolChoice: ToolChoice;
+  /** false: at most one call per answer. */
+  parallelToolCalls: boolean;
 }
 
 export const DEFAULT_SETTINGS: Settings = {
@@ -32,10 +37,16 @@ export const DEFAULT_SETTINGS: Settings = {
   stop: [],
   apiKey: '',
   model: '',
+  tools: [],
+  toolChoice: 'auto',
+  parallelToolCalls: true,
 };
 
 const KEY = 'tokenpipe.settings';
-const TRANSPORTS: readonly TransportKind[] = ['ws', 'sse', 'rest'];
+const TRANSPORTS: readonly TransportKind[] = ['ws', 'sse', 'rest', 'responses'];
+export const TOOL_CHOICES: readonly ToolChoice[] = ['auto', 'required', 'none'];
+const TOOL_NAME = /^[A-Za-z0-9_-]{1,64}$/;
+const MAX_TOOLS = 128;
 
 function numberOrNull(value: unknown): number | null {
   return typeof value === 'number' && Number.isFinite(value) ? value : null;
@@ -64,6 +75,9 @@ export function parseSettings(raw: string | null): Settings {
     stop: Array.isArray(v.stop) ? parseStopStrings(v.stop.filter((x): x is string => typeof x === 'string').join('\n')) : [],
     apiKey: typeof v.apiKey === 'string' ? v.apiKey : '',
     model: typeof v.model === 'string' ? v.model : '',
+    tools: toolsFrom(v.tools),
+    toolChoice: TOOL_CHOICES.find((c) => c === v.toolChoice) ?? 'auto',
+    parallelToolCalls: v.parallelToolCalls !== false,
   };
 }
 
@@ -93,6 +107,13 @@ export function samplingParams(settings: Settings): SamplingParams {
   if (settings.minP !== null) params.min_p = settings.minP;
   if (settings.repetitionPenalty !== null) params.repetition_penalty = settings.repetitionPenalty;
   if (settings.stop.length) params.stop = settings.stop;
+  // The page shows the thinking folded above the answer, so it asks for it apart.
+  params.reasoning_format = 'auto';
+  if (settings.tools.length) {
+    params.tools = settings.tools;
+    params.tool_choice = settings.toolChoice;
+    if (!settings.parallelToolCalls) params.parallel_tool_calls = false;
+  }
   return params;
 }
 
@@ -102,4 +123,52 @@ export function parseStopStrings(text: string): string[] {
     .split('\n')
     .filter((line) => line.length > 0 && line.length <= 256)
     .slice(0, 16);
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** Stored tools read back: the valid list, else none. */
+function toolsFrom(value: unknown): ToolSpec[] {
+  const parsed = Array.isArray(value) ? checkTools(value) : null;
+  return parsed && 'tools' in parsed ? parsed.tools : [];
+}
+
+function checkTools(value: unknown): { tools: ToolSpec[] } | { error: string } {
+  if (!Array.isArray(value)) return { error: 'a JSON array of tools is needed: [{"type": "function", "function": {...}}]' };
+  if (value.length > MAX_TOOLS) return { error: `at most ${MAX_TOOLS} tools` };
+  const tools: ToolSpec[] = [];
+  const names = new Set<string>();
+  for (const [i, item] of value.entries()) {
+    const where = `tool ${i + 1}`;
+    if (!isRecord(item) || item.type !== 'function' || !isRecord(item.function)) return { error: `${where}: {"type": "function", "function": {"name", "parameters"}} is needed` };
+    const fn = item.function;
+    if (typeof fn.name !== 'string' || !TOOL_NAME.test(fn.name)) return { error: `${where}: a name of 1 to 64 letters, digits, _ or - is needed` };
+    if (names.has(fn.name)) return { error: `${where}: the name ${fn.name} is offered twice` };
+    names.add(fn.name);
+    if (fn.description !== undefined && typeof fn.description !== 'string') return { error: `${where}: the description must be a string` };
+    if (fn.parameters !== undefined && !isRecord(fn.parameters)) return { error: `${where}: the parameters must be a JSON Schema object` };
+    tools.push({
+      type: 'function',
+      function: {
+        name: fn.name,
+        ...(typeof fn.description === 'string' ? { description: fn.description } : {}),
+        ...(isRecord(fn.parameters) ? { parameters: fn.parameters } : {}),
+      },
+    });
+  }
+  return { tools };
+}
+
+/** The Tools field of Settings: empty is none; anything else must be OpenAI's tool list. */
+export function parseTools(text: string): { tools: ToolSpec[] } | { error: string } {
+  if (!text.trim()) return { tools: [] };
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    return { error: `not JSON: ${error instanceof Error ? error.message : String(error)}` };
+  }
+  return checkTools(value);
 }

@@ -10,6 +10,7 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from ...constrain.tools import chat_messages, template_takes_tools
 from ...types import GenerationRequest
+from ..prefill import render_with_prefill
 
 
 class Vocab:
@@ -24,9 +25,13 @@ class Vocab:
         self._takes_tools = template_takes_tools(self._template)
 
     def render(self, request: GenerationRequest) -> str:
-        """The prompt text: a raw prompt as it is, messages through the GGUF's template."""
+        """The prompt text: a raw prompt as it is, messages through the GGUF's template (a
+        last assistant message is the start of the answer: engines/prefill.py)."""
         if request.prompt is not None:
             return request.prompt
+        return render_with_prefill(request, self._render_chat)
+
+    def _render_chat(self, request: GenerationRequest) -> str:
         messages, tools = chat_messages(request, self._takes_tools)
         if self._formatter is None:  # no template in the GGUF: a plain transcript
             return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"

@@ -58,6 +58,7 @@ from ..base import (
     drain,
     hand_over,
 )
+from ..prefill import render_with_prefill
 
 try:
     import torch
@@ -162,6 +163,10 @@ class TransformersEngine(Engine):
     def render(self, request: GenerationRequest) -> str:
         if request.prompt is not None:
             return request.prompt
+        # a last assistant message is the start of the answer (engines/prefill.py)
+        return render_with_prefill(request, self._render_chat)
+
+    def _render_chat(self, request: GenerationRequest) -> str:
         template = getattr(self._tok, "chat_template", None)
         messages, tools = chat_messages(request, template_takes_tools(template))
         if not template:  # a plain transcript, as llamacpp

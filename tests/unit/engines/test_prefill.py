@@ -1,0 +1,65 @@
+"""Assistant prefill (engines/prefill.py): a chat ending in an assistant message without
+tool calls is rendered as the prompt of a new answer over the earlier messages, then that
+message's content verbatim, with no end of turn."""
+
+from __future__ import annotations
+
+import pytest
+
+from tokenpipe.engines.base import EngineOptions
+from tokenpipe.engines.fake import FakeEngine
+from tokenpipe.engines.prefill import prefill_of, render_with_prefill
+from tokenpipe.types import GenerationRequest, Message, ToolCall
+
+ASKED = (Message("system", "Be brief."), Message("user", "What is the capital of France?"))
+PREFILLED = GenerationRequest(messages=(*ASKED, Message("assistant", "The capital of France is")))
+
+
+def test_only_a_last_assistant_message_without_calls_is_a_prefill() -> None:
+    assert prefill_of(PREFILLED) == "The capital of France is"
+    assert prefill_of(GenerationRequest(messages=ASKED)) is None
+    called = Message("assistant", "", tool_calls=(ToolCall("call_1", "f", "{}"),))
+    assert prefill_of(GenerationRequest(messages=(*ASKED, called))) is None
+    assert prefill_of(GenerationRequest(prompt="raw text")) is None
+
+
+def test_the_earlier_messages_get_the_generation_prompt_then_the_start_verbatim() -> None:
+    seen: list[GenerationRequest] = []
+
+    def render(request: GenerationRequest) -> str:
+        seen.append(request)
+        return "<prompt>"
+
+    assert render_with_prefill(PREFILLED, render) == "<prompt>The capital of France is"
+    assert seen[0].messages == ASKED and seen[0].params == PREFILLED.params
+    plain = GenerationRequest(messages=ASKED)
+    assert render_with_prefill(plain, render) == "<prompt>" and seen[1] is plain
+
+
+def test_the_fake_engine_leaves_the_turn_open() -> None:
+    engine = FakeEngine()
+    assert engine.render(PREFILLED) == (
+        "<|system|>Be brief.<|end|><|user|>What is the capital of France?<|end|>"
+        "<|assistant|>The capital of France is")
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("name", ["llamacpp", "transformers"])
+async def test_the_model_template_renders_the_prefill(name: str) -> None:
+    pytest.importorskip({"llamacpp": "llama_cpp", "transformers": "transformers"}[name])
+    from tokenpipe.config import engine_class
+
+    engine = engine_class(name).from_options(EngineOptions(parallel=1, context_size=512,
+                                                           threads=2))
+    try:
+        await engine.load()
+        new_turn = engine.render(GenerationRequest(messages=ASKED))
+        closed = engine.render(GenerationRequest(messages=(
+            *ASKED, Message("assistant", "The capital of France is"), Message("user", "ok"))))
+        # SmolLM2's ChatML: the new turn ends in its generation prompt, and a closed
+        # assistant turn in the template ends with <|im_end|>; the prefill has neither after it
+        assert new_turn.endswith("<|im_start|>assistant\n")
+        assert "The capital of France is<|im_end|>" in closed
+        assert engine.render(PREFILLED) == new_turn + "The capital of France is"
+    finally:
+        await engine.aclose()

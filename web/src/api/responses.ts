@@ -1,0 +1,197 @@
+/**
+ * Client of OpenAI's Responses API, `POST /v1/responses` streamed (`stream: true`) and not
+ * stored (`store: false`: the page keeps its own history): the "Responses" transport.
+ */
+import { authHeaders } from './auth';
+import { errorFromResponse } from './errors';
+import { SseDecoder } from './sse';
+import type { ApiError, EndInfo, FinishReason, GenerationHandle, GenerationHandlers, GenerationRequest, Transport, Usage } from './types';
+
+export interface ResponsesClientOptions {
+  baseUrl: string;
+  apiKey?: string;
+  fetch?: typeof fetch;
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** The request body: what the Responses API takes of the page's settings (it has no top_k, min_p, penalty or stop). */
+export function responsesBody(request: GenerationRequest): Record<string, unknown> {
+  const p = request.params;
+  return {
+    ...(request.model ? { model: request.model } : {}),
+    input: request.messages.map((m) => ({ type: 'message', role: m.role, content: m.content })),
+    stream: true,
+    store: false,
+    ...(p.max_tokens !== undefined ? { max_output_tokens: p.max_tokens } : {}),
+    ...(p.temperature !== undefined ? { temperature: p.temperature } : {}),
+    ...(p.top_p !== undefined ? { top_p: p.top_p } : {}),
+    ...(p.seed !== undefined ? { seed: p.seed } : {}),
+    ...(p.tools?.length
+      ? {
+          // Responses' function tools are flat: {type, name, description, parameters}.
+          tools: p.tools.map((t) => ({ type: 'function', ...t.function })),
+          ...(p.tool_choice ? { tool_choice: p.tool_choice } : {}),
+          ...(p.parallel_tool_calls !== undefined ? { parallel_tool_calls: p.parallel_tool_calls } : {}),
+        }
+      : {}),
+  };
+}
+
+function usageOf(response: unknown): Usage | undefined {
+  const usage = isRecord(response) ? response.usage : undefined;
+  if (!isRecord(usage) || typeof usage.input_tokens !== 'number' || typeof usage.output_tokens !== 'number') return undefined;
+  return { prompt_tokens: usage.input_tokens, completion_tokens: usage.output_tokens };
+}
+
+const ERROR_CODES: Record<string, string> = { rate_limit_exceeded: 'rate_limited', server_error: 'engine_error' };
+
+function failure(value: unknown): ApiError {
+  const inner = isRecord(value) ? value : {};
+  const code = typeof inner.code === 'string' ? (ERROR_CODES[inner.code] ?? inner.code) : 'http_error';
+  return { code, message: typeof inner.message === 'string' ? inner.message : '' };
+}
+
+export type ReaderOutcome = { kind: 'end'; end: EndInfo } | { kind: 'error'; error: ApiError };
+
+/**
+ * The events of one streamed response, one parsed `data` object at a time (sans-IO):
+ * text, thinking and function-call arguments become the page's deltas; the terminal
+ * event (completed, incomplete, failed, or `error`) becomes the outcome.
+ */
+export class ResponsesEventReader {
+  private readonly calls = new Map<string, number>();
+  private started = false;
+
+  constructor(private readonly handlers: GenerationHandlers) {}
+
+  handle(event: Record<string, unknown>): ReaderOutcome | null {
+    const h = this.handlers;
+    const response = isRecord(event.response) ? event.response : undefined;
+    if (!this.started && (event.type === 'response.created' || event.type === 'response.in_progress')) {
+      this.started = true;
+      h.onStart?.({ model: typeof response?.model === 'string' ? response.model : undefined });
+    }
+    const delta = typeof event.delta === 'string' ? event.delta : '';
+    switch (event.type) {
+      case 'response.output_text.delta':
+        if (delta) h.onDelta(delta);
+        return null;
+      case 'response.reasoning_text.delta':
+      case 'response.reasoning_summary_text.delta':
+        if (delta) h.onDelta(delta, { channel: 'reasoning' });
+        return null;
+      case 'response.output_item.added': {
+        const item = isRecord(event.item) ? event.item : undefined;
+        if (item?.type !== 'function_call' || typeof item.id !== 'string') return null;
+        const index = this.calls.size;
+        this.calls.set(item.id, index);
+        h.onDelta(typeof item.arguments === 'string' ? item.arguments : '', {
+          channel: 'tool_call',
+          index,
+          ...(typeof item.call_id === 'string' ? { callId: item.call_id } : {}),
+          ...(typeof item.name === 'string' ? { name: item.name } : {}),
+        });
+        return null;
+      }
+      case 'response.function_call_arguments.delta': {
+        const index = typeof event.item_id === 'string' ? this.calls.get(event.item_id) : undefined;
+        if (index !== undefined && delta) h.onDelta(delta, { channel: 'tool_call', index });
+        return null;
+      }
+      case 'response.completed':
+        return { kind: 'end', end: { finishReason: this.calls.size ? 'tool_calls' : 'stop', usage: usageOf(response) } };
+      case 'response.incomplete': {
+        const details = isRecord(response?.incomplete_details) ? response.incomplete_details : {};
+        const reason: FinishReason = response?.status === 'cancelled' ? 'cancelled' : details.reason === 'max_output_tokens' ? 'length' : 'stop';
+        return { kind: 'end', end: { finishReason: reason, usage: usageOf(response) } };
+      }
+      case 'error':
+        return { kind: 'error', error: failure(event) };
+      case 'response.failed':
+        return { kind: 'error', error: failure(response?.error) };
+      default:
+        return null;
+    }
+  }
+}
+
+export class ResponsesClient implements Transport {
+  readonly kind = 'responses' as const;
+  private readonly fetchImpl: typeof fetch;
+
+  constructor(private readonly options: ResponsesClientOptions) {
+    this.fetchImpl = options.fetch ?? ((input, init) => fetch(input, init));
+  }
+
+  generate(request: GenerationRequest, handlers: GenerationHandlers): GenerationHandle {
+    const controller = new AbortController();
+    let settled = false;
+    const settle = (report: () => void) => {
+      if (settled) return;
+      settled = true;
+      report();
+    };
+    void this.run(request, handlers, controller.signal, settle);
+    return {
+      cancel: () => {
+        // Closing the request is how the server learns to stop (a response not stored has no cancel route).
+        settle(() => handlers.onEnd({ finishReason: 'cancelled' }));
+        controller.abort();
+      },
+    };
+  }
+
+  private async run(request: GenerationRequest, handlers: GenerationHandlers, signal: AbortSignal, settle: (report: () => void) => void): Promise<void> {
+    let response: Response;
+    try {
+      response = await this.fetchImpl(`${this.options.baseUrl}/v1/responses`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', Accept: 'text/event-stream', ...authHeaders(this.options.apiKey) },
+        body: JSON.stringify(responsesBody(request)),
+        signal,
+      });
+    } catch (error) {
+      settle(() => handlers.onError({ code: 'network', message: error instanceof Error ? error.message : String(error) }));
+      return;
+    }
+    if (!response.ok) {
+      const error = await errorFromResponse(response);
+      settle(() => handlers.onError(error));
+      return;
+    }
+    const reader = response.body?.getReader();
+    if (!reader) {
+      settle(() => handlers.onInterrupted('The server sent no stream.'));
+      return;
+    }
+    const events = new ResponsesEventReader(handlers);
+    const decoder = new SseDecoder();
+    let outcome: ReaderOutcome | null = null;
+    try {
+      while (!outcome) {
+        const { value, done } = await reader.read();
+        for (const event of done ? decoder.end() : decoder.feed(value)) {
+          let data: unknown;
+          try {
+            data = JSON.parse(event.data);
+          } catch {
+            continue;
+          }
+          if (isRecord(data) && !outcome) outcome = events.handle(data.type === undefined ? { ...data, type: event.event } : data);
+        }
+        if (done) break;
+      }
+    } catch (error) {
+      settle(() => handlers.onInterrupted(`The answer was cut off: ${error instanceof Error ? error.message : String(error)}.`));
+      return;
+    }
+    const result = outcome;
+    if (!result) settle(() => handlers.onInterrupted('The stream ended before the answer was complete.'));
+    else if (result.kind === 'end') settle(() => handlers.onEnd(result.end));
+    else settle(() => handlers.onError(result.error));
+    void reader.cancel().catch(() => undefined);
+  }
+}
