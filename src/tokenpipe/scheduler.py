@@ -29,7 +29,15 @@ from .errors import (
 from .metrics import Metrics
 from .session import Failed, GenerationSession
 from .text import ReasoningSplitter, StopMatcher
-from .types import EngineFinish, EngineStart, EngineText, FinishReason, GenerationRequest, Part
+from .types import (
+    EngineFinish,
+    EngineParts,
+    EngineStart,
+    EngineText,
+    FinishReason,
+    GenerationRequest,
+    Part,
+)
 
 log = logging.getLogger("tokenpipe.scheduler")
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"  # the thinking section's tags
@@ -275,7 +283,7 @@ class Scheduler:
         if request.split_reasoning:
             inside = prepared.prompt_text.rstrip().endswith(THINK_OPEN)
             reason = ReasoningSplitter(THINK_OPEN, THINK_CLOSE, inside=inside)
-        if request.tools:
+        if request.tools and not self.engine.splits_calls:
             split = tool_call_splitter()
 
         def route(pieces: list[str | Part]) -> list[str | Part]:
@@ -315,6 +323,8 @@ class Scheduler:
                     if stop.stopped:
                         session.finish(FinishReason.STOP, stop.matched)
                         return
+                elif isinstance(event, EngineParts):  # calls the engine got apart
+                    session.add_pieces(list(event.parts), event.tokens)
                 elif isinstance(event, EngineFinish):
                     if session.prompt_tokens is None:
                         session.prompt_tokens = event.usage.prompt_tokens

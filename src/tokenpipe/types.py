@@ -150,7 +150,16 @@ class EngineFinish:
     usage: Usage
 
 
-EngineEvent = EngineStart | EngineText | EngineFinish
+@dataclass(frozen=True, slots=True)
+class EngineParts:
+    """Text the engine got already apart from the content (the openai engine: its
+    upstream's tool calls), as the scheduler's splitters would have made it."""
+
+    parts: tuple[Part, ...]
+    tokens: int = 1
+
+
+EngineEvent = EngineStart | EngineText | EngineParts | EngineFinish
 
 
 # What a session yields to its reader (session.py): Queued while waiting, Started, Delta...,

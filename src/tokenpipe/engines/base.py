@@ -71,6 +71,9 @@ class Engine(abc.ABC):
     async def aclose(self) -> None:  # noqa: B027 - optional: most engines free nothing
         """Frees the model. Running streams end."""
 
+    # The engine yields tool calls as EngineParts itself (its upstream sent them apart):
+    # the scheduler's splitter does not read its text for calls.
+    splits_calls: bool = False
     failures: int = 0  # faults of the engine's own loop that ended generations in flight
     restarts: int = 0  # times the engine recovered from such a fault by itself
 

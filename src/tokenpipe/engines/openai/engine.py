@@ -34,8 +34,9 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 from ... import http
+from ...constrain.tools import openai_tool
 from ...errors import ContextOverflow, EngineError, EngineUnavailable, TokenpipeError
-from ...types import EngineEvent, EngineStart, GenerationRequest, OutputFormat
+from ...types import EngineEvent, EngineStart, GenerationRequest, Message, OutputFormat, ToolChoice
 from ..base import Engine, EngineInfo, EngineOptions, PreparedRequest
 from .answers import Progress, Retry, describe, finish_events, handle_event, refusal
 from .replicas import CONNECT_TIMEOUT_S, Replica, Replicas
@@ -45,6 +46,7 @@ DRAIN_TIMEOUT_S = 1.0
 
 class OpenAIEngine(Engine):
     health_interval_s = 2.0
+    splits_calls = True  # the upstream streams its calls apart (answers.py, calls.py)
 
     def __init__(
         self,
@@ -138,11 +140,10 @@ class OpenAIEngine(Engine):
         raise EngineError("the openai engine has no tokenizer: its upstream counts tokens")
 
     def check_output(self, request: GenerationRequest) -> None:
-        """The upstream enforces the format (response_format goes with the request); it
-        refuses what it cannot, and that refusal reaches the client as its 400. Tools are
-        not forwarded yet."""
-        if request.tools:
-            super().check_output(request)
+        """The upstream enforces the format and the tools (response_format, tools and
+        tool_choice go with the request); it refuses what it cannot, and that refusal
+        reaches the client as its 400. Its calls are checked whole as they end
+        (calls.py)."""
 
     def prepare(self, request: GenerationRequest, default_max_tokens: int) -> PreparedRequest:
         """No local token count (prompt_ids stays empty): only what is sure without one is
@@ -218,7 +219,7 @@ class OpenAIEngine(Engine):
         body: dict[str, Any] = {"model": self.model}
         if request.messages is not None:
             path = "/v1/chat/completions"
-            body["messages"] = [{"role": m.role, "content": m.content} for m in request.messages]
+            body["messages"] = [upstream_message(m) for m in request.messages]
         else:
             path = "/v1/completions"
             body["prompt"] = request.prompt
@@ -235,6 +236,10 @@ class OpenAIEngine(Engine):
         body.update((k, v) for k, v in optional.items() if v is not None)
         if request.format is not None:
             body["response_format"] = response_format(request.format)
+        if request.tools:
+            body["tools"] = [openai_tool(t) for t in request.tools]
+            body["tool_choice"] = tool_choice(request.tool_choice)
+            body["parallel_tool_calls"] = request.tool_choice.parallel
         return path, json.dumps(body, ensure_ascii=False).encode()
 
     async def _attempt(self, replica: Replica, path: str, body: bytes,
@@ -331,6 +336,25 @@ class _Sent:
         """Never streamed: closing the connection is how the upstream learns to stop."""
         self.replica.in_flight -= 1
         self.conn.release()  # unanswered: closed, and a spare opened in its place
+
+
+def upstream_message(m: Message) -> dict[str, Any]:
+    """A chat turn in OpenAI's shape: an assistant turn's calls, a tool turn's call id."""
+    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        out["content"] = m.content or None  # OpenAI's assistant turn of calls alone
+        out["tool_calls"] = [{"id": c.id, "type": "function",
+                              "function": {"name": c.name, "arguments": c.arguments}}
+                             for c in m.tool_calls]
+    if m.tool_call_id is not None:
+        out["tool_call_id"] = m.tool_call_id
+    return out
+
+
+def tool_choice(choice: ToolChoice) -> str | dict[str, Any]:
+    if choice.mode == "function":
+        return {"type": "function", "function": {"name": choice.name}}
+    return choice.mode
 
 
 def response_format(fmt: OutputFormat) -> dict[str, Any]:
