@@ -113,7 +113,7 @@ EXPECTED = {
 }
 UPSTREAM_IDS = {"openai": ["call_a", "call_b"], "one_delta": ["call_a", "call_b"],
                 "gaps_id_once": ["call_a", "call_b"], "args_first": ["call_late"],
-                "same_index_new_id": ["call_a", "call_b"]}
+                "same_index_new_id": ["call_a", "call_b"], "content_then_call": ["call_a"]}
 
 
 class ScriptedUpstream:
@@ -319,3 +319,41 @@ def test_tools_choice_and_the_history_go_upstream(gateway: ServerProcess,
         assert sent["messages"][1:3] == [
             {"role": "assistant", "content": None, "tool_calls": history[1]["tool_calls"]},
             {"role": "tool", "content": '{"temp": 21}', "tool_call_id": "call_1"}]
+
+
+RESPONSES_TOOLS: Any = [{"type": "function", "name": t["function"]["name"],
+                         "parameters": t["function"]["parameters"]} for t in TOOLS]
+
+
+@pytest.mark.parametrize("script", ["content_then_call", "openai"])
+def test_responses_items_of_text_then_calls(gateway: ServerProcess, script: str) -> None:
+    """The Responses door over the openai engine: text, then calls, each its own output
+    item, whole and streamed alike, every item done before the next is added."""
+    c = sdk(gateway)
+    expected = [("function_call", n, json.loads(a)) for n, a in EXPECTED[script]]
+    if script == "content_then_call":
+        expected.insert(0, ("message", "Let me look. ", None))
+
+    def items(response: Any) -> list[tuple[str, str, Any]]:
+        return [("message", i.content[0].text, None) if i.type == "message" else
+                ("function_call", i.name, json.loads(i.arguments)) for i in response.output]
+
+    whole = c.responses.create(model=MODEL, input=script, tools=RESPONSES_TOOLS, store=False)
+    assert whole.status == "completed" and items(whole) == expected
+    with c.responses.stream(model=MODEL, input=script, tools=RESPONSES_TOOLS,
+                            store=False) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    assert items(final) == expected
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    opened: list[int] = []
+    for e in events:
+        if e.type == "response.output_item.added":
+            assert not opened or opened[-1] == -1  # the item before is done
+            opened.append(e.output_index)
+        elif e.type == "response.output_item.done":
+            assert opened[-1] == e.output_index
+            opened.append(-1)
+    assert [i for i in opened if i >= 0] == list(range(len(expected)))
+    ids = [i.call_id for i in final.output if i.type == "function_call"]
+    assert ids == UPSTREAM_IDS[script]

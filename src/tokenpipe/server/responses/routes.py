@@ -21,16 +21,16 @@ from starlette.requests import ClientDisconnect
 
 from ...config import responses_db_path
 from ...errors import TokenpipeError
-from ...protocol.openai.errors import OpenAIError, validation_error
+from ...protocol.openai.errors import OpenAIError
 from ...protocol.openai.responses import ErrorResponse
 from ...protocol.openai.schema import inline_schema
-from ...protocol.responses.errors import bad, not_found
+from ...protocol.responses.errors import bad, not_found, request_error
 from ...protocol.responses.events import OPENING, last_number
 from ...protocol.responses.objects import ResponseShape, input_items
 from ...protocol.responses.requests import ResponsesRequest
-from ...types import Message
 from ..runtime import Runtime
-from .runs import Pending, ResponsesState, Run, replay
+from .items_response import ItemsResponse
+from .runs import Pending, ResponsesState, Run, message_of, replay, turn
 from .session_response import EventsResponse, SessionResponse, error_response, once
 from .store import ResponseStore
 
@@ -96,18 +96,18 @@ async def create_response(request: Request) -> Response:
     try:
         body = ResponsesRequest.model_validate(await _json(request))
         conversation = await _previous(state, body.previous_response_id)
-        history = tuple(_message(role, text) for role, text in conversation)
+        history = tuple(message_of(entry) for entry in conversation)
         session = await runtime.models.start(body.to_request(history),
                                              resumable=bool(body.background))
     except ClientDisconnect:
         return Response(status_code=400)  # nobody is left to read it
     except ValidationError as exc:
-        return error_response(validation_error(exc.errors()))
+        return error_response(request_error(exc.errors()))
     except TokenpipeError as exc:
         return error_response(exc)
     shape = ResponseShape.new(body, session.model)
     pending = Pending(input_items(body),
-                      [*conversation, *([m.role, m.content] for m in body.turns())])
+                      [*conversation, *(turn(m) for m in body.turns())])
     ping_s = runtime.settings.sse_ping_interval_s or None
     if body.background:
         run = Run(session, shape, pending, state.store)
@@ -119,8 +119,9 @@ async def create_response(request: Request) -> Response:
     async def keep(final: dict[str, Any], text: str) -> None:
         await state.store.put(pending.stored(final, text))
 
-    return SessionResponse(session, shape, stream=bool(body.stream),
-                           keep=keep if body.stored else None, ping_s=ping_s or 0)
+    answer = ItemsResponse if body.tools else SessionResponse  # output items, or one text
+    return answer(session, shape, stream=bool(body.stream),
+                  keep=keep if body.stored else None, ping_s=ping_s or 0)
 
 
 @router.get("/{response_id}", responses={200: {
@@ -263,12 +264,6 @@ async def _previous(state: ResponsesState, response_id: str | None) -> list[list
                   f"{row.response.get('status')}: only an answered one can be continued.",
                   "previous_response_id")
     return row.conversation
-
-
-def _message(role: str, text: str) -> Message:
-    if role not in ("system", "user", "assistant"):
-        raise ValueError(f"a stored conversation holds role {role!r}")
-    return Message(role, text)  # type: ignore[arg-type]  # checked above
 
 
 def _check_after(after: int, run: Run) -> None:
