@@ -17,7 +17,7 @@ import time
 from collections import deque
 
 from .constrain.tools import tool_call_splitter
-from .engines.base import Engine, PreparedRequest
+from .engines.base import Engine, PreparedRequest, constrained
 from .errors import (
     ContextOverflow,
     EngineError,
@@ -107,8 +107,7 @@ class Scheduler:
         self._check_max_tokens(request)
         prepared = None
         # a format's grammar may take the compiler up to a second the first time
-        if (_prompt_chars(request) > INLINE_PROMPT_CHARS or request.format is not None
-                or request.tools):
+        if _prompt_chars(request) > INLINE_PROMPT_CHARS or constrained(request):
             prepared = await asyncio.to_thread(self.engine.prepare, request,
                                                self.default_max_tokens)
         return self.submit(request, resumable=resumable, prepared=prepared)

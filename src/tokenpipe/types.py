@@ -98,6 +98,9 @@ class GenerationRequest:
     # a thinking section at the start of the answer goes to the reasoning channel (else
     # it stays in the content, as the model wrote it)
     split_reasoning: bool = False
+    # at most this many tokens of thinking, then the section's close is forced
+    # (constrain/thinking.py); None: no bound but max_tokens
+    reasoning_budget: int | None = None
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.prompt is None):

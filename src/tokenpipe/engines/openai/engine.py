@@ -35,9 +35,15 @@ from typing import Any
 
 from ... import http
 from ...constrain.tools import openai_tool
-from ...errors import ContextOverflow, EngineError, EngineUnavailable, TokenpipeError
+from ...errors import (
+    BadRequest,
+    ContextOverflow,
+    EngineError,
+    EngineUnavailable,
+    TokenpipeError,
+)
 from ...types import EngineEvent, EngineStart, GenerationRequest, Message, OutputFormat, ToolChoice
-from ..base import Engine, EngineInfo, EngineOptions, PreparedRequest
+from ..base import Engine, EngineInfo, EngineOptions, PreparedRequest, constrained
 from .answers import Progress, Retry, describe, finish_events, handle_event, refusal
 from .replicas import CONNECT_TIMEOUT_S, Replica, Replicas
 
@@ -143,7 +149,11 @@ class OpenAIEngine(Engine):
         """The upstream enforces the format and the tools (response_format, tools and
         tool_choice go with the request); it refuses what it cannot, and that refusal
         reaches the client as its 400. Its calls are checked whole as they end
-        (calls.py)."""
+        (calls.py). A thinking budget has no OpenAI parameter to go upstream in."""
+        if request.reasoning_budget is not None:
+            raise BadRequest("the openai engine cannot apply a thinking budget: OpenAI's "
+                             "API has no such parameter for its upstream",
+                             param="reasoning_budget")
 
     def prepare(self, request: GenerationRequest, default_max_tokens: int) -> PreparedRequest:
         """No local token count (prompt_ids stays empty): only what is sure without one is
@@ -151,7 +161,7 @@ class OpenAIEngine(Engine):
         limit = self.info.context_tokens
         asked = request.params.max_tokens
         max_tokens = min(default_max_tokens, limit - 1) if asked is None else asked
-        if request.format is not None or request.tools:
+        if constrained(request):
             self.check_output(request)
         if max_tokens >= limit:  # the prompt takes at least one token
             raise ContextOverflow(f"max_tokens ({max_tokens}) leaves no room for a prompt in "
