@@ -180,3 +180,26 @@ def test_the_agents_sdk_runs_a_real_function_tool(server: ServerProcess, model: 
         assert isinstance(result.final_output, str) and result.final_output.strip()
     assert whole.final_output == streamed.final_output  # greedy
     assert kinds == ["tool_call_item", "tool_call_output_item", "message_output_item"]
+
+
+def test_a_background_response_with_a_call_resumed_equals_the_foreground_one(
+        oai: openai.OpenAI, model: str) -> None:
+    kwargs: Any = {"model": model, "input": ASK, "tools": TOOLS, "tool_choice": "required",
+                   "parallel_tool_calls": False, "temperature": 0, "max_output_tokens": 120}
+    foreground = oai.responses.create(**kwargs)
+    first: list[Any] = []
+    with oai.responses.create(background=True, stream=True, **kwargs) as stream:
+        for event in stream:
+            first.append(event)
+            if event.type == "response.function_call_arguments.delta":
+                break  # dropped inside the call's arguments
+    rest = list(oai.responses.retrieve(first[0].response.id, stream=True,
+                                       starting_after=first[-1].sequence_number))
+    events = first + rest
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    final = events[-1].response
+    assert final.status == "completed" and final.background
+    assert calls_of(final) == calls_of(foreground)
+    deltas = "".join(e.delta for e in events
+                     if e.type == "response.function_call_arguments.delta")
+    assert deltas == final.output[0].arguments

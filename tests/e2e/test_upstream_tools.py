@@ -9,6 +9,7 @@ JSON fail the answer with a clear error."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -122,6 +123,7 @@ class ScriptedUpstream:
 
     def __init__(self) -> None:
         self.bodies: list[dict[str, Any]] = []
+        self.pace_s = 0.0
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         app = Starlette(routes=[Route("/v1/models", self._models),
@@ -149,7 +151,9 @@ class ScriptedUpstream:
         body = await request.json()
         self.bodies.append(body)
         user = [m for m in body["messages"] if m["role"] == "user"][-1]["content"]
-        deltas, finish = SCRIPTS[user]
+        name, _, pace = user.partition("@")  # "script@slow": 50 ms between chunks
+        deltas, finish = SCRIPTS[name]
+        self.pace_s = 0.05 if pace == "slow" else 0.0
         return StreamingResponse(self._events(deltas, finish), media_type="text/event-stream")
 
     async def _events(self, deltas: list[dict[str, Any]], finish: str
@@ -162,6 +166,7 @@ class ScriptedUpstream:
         yield chunk({"role": "assistant", "content": None})
         for delta in deltas:
             yield chunk(delta)
+            await asyncio.sleep(self.pace_s)
         yield chunk({}, finish)
         usage = {"prompt_tokens": 11, "completion_tokens": len(deltas),
                  "total_tokens": 11 + len(deltas)}
@@ -177,9 +182,12 @@ def upstream() -> Iterator[ScriptedUpstream]:
 
 
 @pytest.fixture(scope="module")
-def gateway(upstream: ScriptedUpstream) -> Iterator[ServerProcess]:
+def gateway(upstream: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[ServerProcess]:
+    db = tmp_path_factory.mktemp("responses") / "r.sqlite3"
     with running(ServerProcess(("--engine", "openai", "--upstream", upstream.url,
-                                "--upstream-idle-timeout-s", "5"))) as server:
+                                "--upstream-idle-timeout-s", "5", "--responses-db", str(db)))
+                 ) as server:
         yield server
 
 
@@ -357,3 +365,46 @@ def test_responses_items_of_text_then_calls(gateway: ServerProcess, script: str)
     assert [i for i in opened if i >= 0] == list(range(len(expected)))
     ids = [i.call_id for i in final.output if i.type == "function_call"]
     assert ids == UPSTREAM_IDS[script]
+
+
+def test_a_background_response_with_calls_resumes_and_replays_the_same_events(
+        gateway: ServerProcess, upstream: ScriptedUpstream) -> None:
+    """Dropped after a few events and resumed with starting_after: the events after N,
+    nothing lost or repeated; once stored, the whole stream replays the same; the calls
+    continue through previous_response_id."""
+    c = sdk(gateway)
+    first: list[Any] = []
+    with c.responses.create(model=MODEL, input="openai@slow", tools=RESPONSES_TOOLS,
+                            background=True, stream=True) as stream:
+        for event in stream:
+            first.append(event)
+            if len(first) == 6:
+                break  # the client drops mid-call
+    response_id = first[0].response.id
+    rest = list(c.responses.retrieve(response_id, stream=True,
+                                     starting_after=first[-1].sequence_number))
+    whole = first + rest
+    assert [e.sequence_number for e in whole] == list(range(len(whole)))
+    assert whole[-1].type == "response.completed"
+    final = c.responses.retrieve(response_id)
+    assert final.status == "completed"
+    assert [(i.name, json.loads(i.arguments)) for i in final.output] == [
+        (n, json.loads(a)) for n, a in EXPECTED["openai"]]
+    assert whole[-1].response.output == final.output
+    replayed = list(c.responses.retrieve(response_id, stream=True))  # from the store
+    assert [e.model_dump() for e in replayed] == [e.model_dump() for e in whole]
+    after = list(c.responses.retrieve(response_id, stream=True, starting_after=3))
+    assert [e.model_dump() for e in after] == [e.model_dump() for e in whole[4:]]
+    with pytest.raises(openai.BadRequestError):
+        list(c.responses.retrieve(response_id, stream=True, starting_after=len(whole)))
+
+    output: Any = {"type": "function_call_output", "call_id": "call_a", "output": "21 C"}
+    c.responses.create(model=MODEL, input=[output, {"role": "user", "content": "one_delta"}],
+                       previous_response_id=response_id, tools=RESPONSES_TOOLS)
+    sent = upstream.bodies[-1]["messages"]
+    assert sent[:3] == [
+        {"role": "user", "content": "openai@slow"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
+            for i, (n, a) in zip(UPSTREAM_IDS["openai"], EXPECTED["openai"], strict=True)]},
+        {"role": "tool", "content": "21 C", "tool_call_id": "call_a"}]

@@ -10,14 +10,17 @@ upstream, both. Sans-IO: `feed` and `close` give the stream's events (unnumbered
 
 A text item streams as it does without tools (output_item.added, content_part.added,
 output_text.delta ..., output_text.done, content_part.done, output_item.done). An item is
-done when the next one begins or the answer ends."""
+done when the next one begins or the answer ends. Item ids follow from the response's and
+the item's place, so the same deltas give the same events (a background stream resumed,
+or replayed from the store)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ...types import Delta
-from .objects import ResponseShape, new_id
+from .. import sse
+from .objects import ResponseShape
 
 
 class OutputItems:
@@ -60,6 +63,10 @@ class OutputItems:
         return [item for item in self.output if item["type"] == "function_call"]
 
     # ---- internals ----------------------------------------------------------------------
+    def _item_id(self, prefix: str) -> str:
+        """An item's id from the response's and the item's place: the same on a replay."""
+        return f"{prefix}_{self.shape.message_id.removeprefix('msg_')}_{len(self.output)}"
+
     def _where(self, item: dict[str, Any]) -> dict[str, Any]:
         return {"item_id": item["id"], "output_index": self.output.index(item)}
 
@@ -73,7 +80,7 @@ class OutputItems:
 
     def _message(self, events: list[dict[str, Any]]) -> dict[str, Any]:
         first = not any(item["type"] == "message" for item in self.output)
-        item_id = self.shape.message_id if first else new_id("msg")
+        item_id = self.shape.message_id if first else self._item_id("msg")
         message = {"id": item_id, "type": "message", "role": "assistant",
                    "status": "in_progress", "content": [self.shape.part("")]}
         self._begin(message, events)
@@ -82,8 +89,8 @@ class OutputItems:
         return message
 
     def _call(self, delta: Delta, events: list[dict[str, Any]]) -> dict[str, Any]:
-        call = {"id": new_id("fc"), "type": "function_call", "status": "in_progress",
-                "arguments": "", "call_id": delta.call_id or new_id("call"),
+        call = {"id": self._item_id("fc"), "type": "function_call", "status": "in_progress",
+                "arguments": "", "call_id": delta.call_id or self._item_id("call"),
                 "name": delta.name or ""}
         self._calls[delta.index] = call
         self._begin(call, events)
@@ -114,3 +121,46 @@ def _copy(item: dict[str, Any]) -> dict[str, Any]:
     if "content" in out:
         out["content"] = [dict(part) for part in out["content"]]
     return out
+
+
+_TERMINAL = {"completed": "response.completed", "incomplete": "response.incomplete",
+             "cancelled": "response.incomplete", "failed": "response.failed"}
+
+
+def opening_events(shape: ResponseShape) -> list[dict[str, Any]]:
+    """response.created (queued in the background) and response.in_progress."""
+    first = "queued" if shape.base["background"] else "in_progress"
+    return [{"type": "response.created", "response": shape.snapshot(first)},
+            {"type": "response.in_progress", "response": shape.snapshot("in_progress")}]
+
+
+def closing_events(items: OutputItems, status: str) -> list[dict[str, Any]]:
+    """The answer ended with `status` (status_of): the open item is done."""
+    return items.close("completed" if status == "completed" else "incomplete")
+
+
+def terminal_events(final: dict[str, Any], error: dict[str, Any] | None
+                    ) -> list[dict[str, Any]]:
+    """The failure's `error` event if it failed, then the terminal event with `final` (the
+    response as it ended, its items closed)."""
+    events = [dict(error)] if error is not None else []
+    events.append({"type": _TERMINAL[final["status"]], "response": final})
+    return events
+
+
+class Numbered:
+    """Events numbered 0, 1, ... in order, as SSE; those numbered `after` or below are
+    counted and left out (a stream resumed after them)."""
+
+    def __init__(self, after: int = -1) -> None:
+        self.after = after
+        self.count = 0
+
+    def sse(self, events: list[dict[str, Any]]) -> bytes:
+        out = []
+        for event in events:
+            if self.count > self.after:
+                event["sequence_number"] = self.count
+                out.append(sse.event(event["type"], event))
+            self.count += 1
+        return b"".join(out)

@@ -312,9 +312,6 @@ class ResponsesRequest(_Body):
             raise PydanticCustomError("invalid_value", "background responses need store: "
                                       "true", {"param": "background"})
         check_tools(self.tools, self.tool_choice)
-        if self.background and self.tools:  # their numbered, resumable events: not yet
-            raise PydanticCustomError("unsupported_value", "background responses with "
-                                      "tools are not supported yet", {"param": "background"})
         return self
 
     @property

@@ -1,10 +1,9 @@
 """A foreground answer to a Responses request with tools: its output items (a message, or
-function calls: protocol/responses/items.py) whole or as numbered events. The events are
-numbered in the order they are sent (0 response.created, 1 response.in_progress, then the
-items' events, then the terminal one); such a response never runs in the background, so
-no stream of it is ever resumed. Otherwise as SessionResponse: headers wait for the first
-thing worth saying, a failure before it is an error status, one after it an `error` event
-and `response.failed`."""
+function calls: protocol/responses/items.py) whole or as events numbered in the order they
+are sent (0 response.created, 1 response.in_progress, then the items' events, then the
+terminal one). Otherwise as SessionResponse: headers wait for the first thing worth
+saying, a failure before it is an error status, one after it an `error` event and
+`response.failed`."""
 
 from __future__ import annotations
 
@@ -15,42 +14,44 @@ from starlette.types import Send
 
 from ...protocol import sse
 from ...protocol.responses.events import failure_event
-from ...protocol.responses.items import OutputItems
-from ...protocol.responses.objects import status_of
+from ...protocol.responses.items import (
+    Numbered,
+    OutputItems,
+    closing_events,
+    opening_events,
+    terminal_events,
+)
+from ...protocol.responses.objects import ResponseShape, status_of
 from ...session import Cursor, Delta, Failed, Finished, Queued
 from ..door_response import no_receive
 from .session_response import SSE_HEADERS, SessionResponse, error_response
 
-_TERMINAL = {"completed": "response.completed", "incomplete": "response.incomplete",
-             "cancelled": "response.incomplete", "failed": "response.failed"}
+
+def text_of(items: OutputItems) -> str:
+    return "".join(i["content"][0]["text"] for i in items.output if i["type"] == "message")
+
+
+def ended(shape: ResponseShape, end: Finished | Failed, items: OutputItems
+          ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The response as it ended (its items closed), and the events that close the stream."""
+    events = closing_events(items, status_of(end))
+    final = shape.final(end, "", items.output)
+    error = failure_event(end.error) if isinstance(end, Failed) else None
+    return final, events + terminal_events(final, error)
 
 
 class ItemsResponse(SessionResponse):
     async def _final(self, end: Finished | Failed, items: OutputItems
                      ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        status = status_of(end)
-        closing = items.close("incomplete" if status != "completed" else "completed")
-        final = self.shape.final(end, "", items.output)
+        final, closing = ended(self.shape, end, items)
         if self.keep is not None and isinstance(end, Finished):
-            text = "".join(i["content"][0]["text"] for i in items.output
-                           if i["type"] == "message")
-            await self.keep(final, text)
+            await self.keep(final, text_of(items))
         return final, closing
 
     async def _stream(self, cursor: Cursor, send: Send) -> None:
         items = OutputItems(self.shape)
-        number = 0
+        numbered = Numbered()
         headers_sent = opened = False
-
-        def numbered(events: list[dict[str, Any]]) -> bytes:
-            nonlocal number
-            out = []
-            for event in events:
-                event["sequence_number"] = number
-                number += 1
-                out.append(sse.event(event["type"], event))
-            return b"".join(out)
-
         while True:
             out: list[bytes] = []
             ended = False
@@ -66,19 +67,12 @@ class ItemsResponse(SessionResponse):
                     return
                 if isinstance(event, Delta | Finished | Failed) and not opened:
                     opened = True
-                    out.append(numbered([
-                        {"type": "response.created", "response": self.shape.snapshot(
-                            "in_progress")},
-                        {"type": "response.in_progress", "response": self.shape.snapshot(
-                            "in_progress")}]))
+                    out.append(numbered.sse(opening_events(self.shape)))
                 if isinstance(event, Delta):
-                    out.append(numbered(items.feed(event)))
+                    out.append(numbered.sse(items.feed(event)))
                 elif isinstance(event, Finished | Failed):
-                    final, closing = await self._final(event, items)
-                    if isinstance(event, Failed):
-                        closing = [*closing, failure_event(event.error)]
-                    closing.append({"type": _TERMINAL[final["status"]], "response": final})
-                    out.append(numbered(closing))
+                    _, closing = await self._final(event, items)
+                    out.append(numbered.sse(closing))
                     ended = True
             if not out:
                 continue

@@ -29,6 +29,7 @@ from ...protocol.responses.events import OPENING, last_number
 from ...protocol.responses.objects import ResponseShape, input_items
 from ...protocol.responses.requests import ResponsesRequest
 from ..runtime import Runtime
+from .item_runs import ItemsRun, replay_items
 from .items_response import ItemsResponse
 from .runs import Pending, ResponsesState, Run, message_of, replay, turn
 from .session_response import EventsResponse, SessionResponse, error_response, once
@@ -110,7 +111,7 @@ async def create_response(request: Request) -> Response:
                       [*conversation, *(turn(m) for m in body.turns())])
     ping_s = runtime.settings.sse_ping_interval_s or None
     if body.background:
-        run = Run(session, shape, pending, state.store)
+        run = (ItemsRun if body.tools else Run)(session, shape, pending, state.store)
         state.launch(run)
         if body.stream:
             return EventsResponse(run.follow(-1, ping_s))
@@ -140,7 +141,10 @@ async def get_response(response_id: str, request: Request) -> Response:
         if run is not None and not run.deleted:
             if not stream:
                 return JSONResponse(run.snapshot())
-            _check_after(after, run)
+            if isinstance(run, ItemsRun):
+                run.check_after(after)
+            else:
+                _check_after(after, run)
             return EventsResponse(run.follow(after, _ping(request)))
         row = await state.store.get(response_id)
         if row is None:
@@ -150,11 +154,15 @@ async def get_response(response_id: str, request: Request) -> Response:
         if row.stream is None:
             raise bad("Only background responses can be streamed with GET; this one was "
                       "answered when it was created.", "stream")
-        last = last_number(len(row.stream["deltas"]), row.stream["error"] is not None)
+        if row.stream.get("items"):  # a background response with tools
+            events, last = replay_items(row, after)
+        else:
+            last = last_number(len(row.stream["deltas"]), row.stream["error"] is not None)
+            events = replay(row, after) if after <= last else b""
         if after > last:
             raise bad(f"starting_after {after} is beyond the stream's last event ({last})",
                       "starting_after")
-        return EventsResponse(once(replay(row, after)))
+        return EventsResponse(once(events))
     except TokenpipeError as exc:
         return error_response(exc)
 

@@ -112,8 +112,6 @@ def test_text_format_maps_as_chat_response_format_does(fmt: dict[str, Any]) -> N
     ({"tool_choice": "required"}, "tool_choice", "needs tools"),
     ({"tools": [{"type": "function", "name": "f"}],
       "tool_choice": {"type": "function", "name": "g"}}, "tool_choice", "not among"),
-    ({"tools": [{"type": "function", "name": "f"}], "background": True}, "background",
-     "with tools are not supported yet"),
     ({"max_tool_calls": 2}, "max_tool_calls", "parallel_tool_calls"),
     ({"include": ["reasoning.encrypted_content"]}, "include", "not supported yet"),
     ({"reasoning": {"effort": "low"}}, "reasoning", "not supported yet"),
