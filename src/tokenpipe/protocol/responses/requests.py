@@ -285,8 +285,9 @@ class ResponsesRequest(_Body):
     text: TextConfig | None = None
     parallel_tool_calls: bool | None = Field(default=None, description="false: at most one "
                                              "call per answer.")
-    tools: Tools | None = Field(default=None, description="Function tools the model may "
-                                "call (generated under a grammar of their schemas).")
+    tools: Tools | None = Field(default=None, max_length=128, description="Function tools "
+                                "the model may call (generated under a grammar of their "
+                                "schemas).")
     tool_choice: ChoiceField = Field(default=None, description='"auto" (absent), "none", '
                                      '"required" or {"type": "function", "name"}.')
     max_tool_calls: Annotated[Refused, _refuse((), "max_tool_calls is not supported: use "

@@ -147,3 +147,14 @@ def with_calls(messages: list[Message], call: ToolCall) -> None:
         messages[-1] = Message("assistant", last.content, (*last.tool_calls, call))
     else:
         messages.append(Message("assistant", "", (call,)))
+
+
+def check_outputs(messages: tuple[Message, ...]) -> str | None:
+    """The call_id of the first function_call_output that answers no call made before it
+    (in this input or the conversation it continues), else None."""
+    made: set[str] = set()
+    for m in messages:
+        made.update(c.id for c in m.tool_calls)
+        if m.role == "tool" and m.tool_call_id not in made:
+            return m.tool_call_id
+    return None

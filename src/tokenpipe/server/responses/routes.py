@@ -28,6 +28,7 @@ from ...protocol.responses.errors import bad, not_found, request_error
 from ...protocol.responses.events import OPENING, last_number
 from ...protocol.responses.objects import ResponseShape, input_items
 from ...protocol.responses.requests import ResponsesRequest
+from ...protocol.responses.tools import check_outputs
 from ..runtime import Runtime
 from .item_runs import ItemsRun, replay_items
 from .items_response import ItemsResponse
@@ -98,8 +99,12 @@ async def create_response(request: Request) -> Response:
         body = ResponsesRequest.model_validate(await _json(request))
         conversation = await _previous(state, body.previous_response_id)
         history = tuple(message_of(entry) for entry in conversation)
-        session = await runtime.models.start(body.to_request(history),
-                                             resumable=bool(body.background))
+        generation = body.to_request(history)
+        unanswered = check_outputs(generation.messages or ())
+        if unanswered is not None:
+            raise bad(f"No tool call found for function call output with call_id "
+                      f"{unanswered}.", "input")
+        session = await runtime.models.start(generation, resumable=bool(body.background))
     except ClientDisconnect:
         return Response(status_code=400)  # nobody is left to read it
     except ValidationError as exc:
