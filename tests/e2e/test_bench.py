@@ -141,7 +141,8 @@ def test_bench_tools_runs_calls_beside_free_text_on_the_model(model_server: Serv
     done = subprocess.run(
         [sys.executable, "-m", "tokenpipe", "bench", "--api", api, "--url", url, "-n", "2",
          "--max-tokens", "40", "--rounds", "1", "--warmup", "0", "--tools",
-         "scripts/bench/tools.json", "--format-ab", "--json"],
+         "scripts/bench/tools.json", "--format-ab", "--json",
+         *(["--same-prompt"] if api == "sse" else [])],  # the free side: the tools' prompt
         capture_output=True, text=True, timeout=300, check=True)
     runs = {r["label"]: r for r in map(json.loads, (
         ln for ln in done.stdout.splitlines() if ln.startswith("{")))}

@@ -59,6 +59,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--format-ab", action="store_true",
                    help="with --json-schema or --tools: each round runs the server without,\n"
                         "then with, the format or tools (what constraining costs, side by side)")
+    p.add_argument("--same-prompt", action="store_true",
+                   help="with --tools --format-ab: the free side gets the tools' generic\n"
+                        "system section as its system message (what a chat template without\n"
+                        "`tools`, the bundled model's, renders), so both decode one prompt\n"
+                        "and the difference is the grammar's")
     p.add_argument("--idle", type=int, metavar="N",
                    help="open N idle connections and report the server's memory per 1,000")
     p.set_defaults(run=run)
@@ -94,8 +99,11 @@ async def _rounds(args: argparse.Namespace) -> int:
         free = argparse.Namespace(**{**vars(args), "response_format": None,
                                      "tool_list": None})
         kind = label + ("-tools" if args.tool_list is not None else "-schema")
+        free_messages = messages
+        if args.same_prompt and args.tool_list is not None:
+            free_messages = _with_tools_section(messages, args.tool_list)
         targets.insert(0, (label + "-free", lambda: server_run(
-            label + "-free", args.api, args.url, free, messages)))
+            label + "-free", args.api, args.url, free, free_messages)))
         targets[1] = (kind, lambda: server_run(kind, args.api, args.url, args, messages))
     if args.reference:  # in this process, while the server idles: A B A B
         from .reference import reference_run
@@ -142,3 +150,18 @@ def _tools(path: str | None) -> list[dict[str, Any]] | None:
     if not isinstance(tools, list) or not tools:
         raise SystemExit(f"--tools {path}: not a non-empty JSON list of tools")
     return tools
+
+
+def _with_tools_section(messages: list[dict[str, str]], tools: list[dict[str, Any]]
+                        ) -> list[dict[str, str]]:
+    """The messages as the server writes them for a template without `tools`: the tools'
+    generic system section first (constrain/tools.py, the server's own function)."""
+    from ..constrain.tools import chat_messages
+    from ..protocol.formats import ToolSpec
+    from ..types import GenerationRequest, Message
+
+    request = GenerationRequest(
+        messages=tuple(Message(m["role"], m["content"]) for m in messages),  # type: ignore[arg-type]
+        tools=tuple(ToolSpec.model_validate(t).to_tool() for t in tools))
+    rendered, _ = chat_messages(request, False)
+    return [{"role": m["role"], "content": m["content"]} for m in rendered]
