@@ -408,3 +408,12 @@ def test_a_background_response_with_calls_resumes_and_replays_the_same_events(
             {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
             for i, (n, a) in zip(UPSTREAM_IDS["openai"], EXPECTED["openai"], strict=True)]},
         {"role": "tool", "content": "21 C", "tool_call_id": "call_a"}]
+
+
+def test_calls_an_upstream_sends_unasked_never_reach_a_client_that_offered_no_tools(
+        gateway: ServerProcess) -> None:
+    choice = sdk(gateway).chat.completions.create(model=MODEL,
+                                                  messages=ask("content_then_call")
+                                                  ).choices[0]
+    assert choice.message.content == "Let me look. " and not choice.message.tool_calls
+    assert choice.finish_reason == "stop"

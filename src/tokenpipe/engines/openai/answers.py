@@ -53,6 +53,7 @@ class Progress:
     failure: EngineError | None = None  # an in-band error after text: raised once it is out
     events: list[EngineEvent] = field(default_factory=list)
     calls: CallAssembler | None = None  # the answer's tool calls, once one came
+    tools: bool = False  # the request offered tools (else an upstream's calls are dropped)
 
 
 # ---- the upstream's answer, chunk by chunk -----------------------------------------
@@ -90,7 +91,8 @@ def handle_event(data: str, progress: Progress, replica: Replica, *, streamed: b
         if isinstance(text, str) and text:
             progress.texts += 1
             progress.events.append(EngineText(text))
-        if isinstance(delta, dict) and (delta.get("tool_calls") or delta.get("function_call")):
+        if progress.tools and isinstance(delta, dict) and (
+                delta.get("tool_calls") or delta.get("function_call")):
             if progress.calls is None:
                 progress.calls = CallAssembler(replica.base)
             parts = progress.calls.feed(delta.get("tool_calls") or delta["function_call"])

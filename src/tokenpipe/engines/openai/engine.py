@@ -212,9 +212,10 @@ class OpenAIEngine(Engine):
             else:
                 break
             tried.append(replica)
+            attempt = self._attempt(replica, path, body, conn,
+                                    tools=bool(prepared.request.tools))
             try:
-                async with contextlib.aclosing(self._attempt(replica, path, body, conn)
-                                               ) as events:
+                async with contextlib.aclosing(attempt) as events:
                     async for event in events:
                         yield event
                 return
@@ -253,7 +254,7 @@ class OpenAIEngine(Engine):
         return path, json.dumps(body, ensure_ascii=False).encode()
 
     async def _attempt(self, replica: Replica, path: str, body: bytes,
-                       sent: http.Connection | None = None
+                       sent: http.Connection | None = None, *, tools: bool = False
                        ) -> AsyncGenerator[EngineEvent, None]:
         """One upstream request (`sent`: already written there by begin()). Raises Retry
         for a failure before the first token."""
@@ -263,7 +264,7 @@ class OpenAIEngine(Engine):
                 sent.close()
             raise EngineUnavailable("the openai engine is closed")
         decoder = http.SSEDecoder()
-        progress = Progress()
+        progress = Progress(tools=tools)
         conn: http.Connection | None = None
         try:
             # Up to the first token: nothing is passed on yet, so any failure may move on.
