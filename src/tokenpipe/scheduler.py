@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .constrain.tools import tool_call_splitter
-from .engines.base import Engine, PreparedRequest
+from .engines.base import Engine, PreparedRequest, constrained
 from .errors import (
     ContextOverflow,
     EngineError,
@@ -34,7 +34,15 @@ from .metrics import Metrics
 from .sampling_defaults import with_defaults
 from .session import Failed, GenerationSession
 from .text import ReasoningSplitter, StopMatcher
-from .types import EngineFinish, EngineStart, EngineText, FinishReason, GenerationRequest, Part
+from .types import (
+    EngineFinish,
+    EngineParts,
+    EngineStart,
+    EngineText,
+    FinishReason,
+    GenerationRequest,
+    Part,
+)
 
 log = logging.getLogger("tokenpipe.scheduler")
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"  # the thinking section's tags
@@ -115,8 +123,7 @@ class Scheduler:
         self._check_max_tokens(request)
         prepared = None
         # a format's grammar may take the compiler up to a second the first time
-        if (_prompt_chars(request) > INLINE_PROMPT_CHARS or request.format is not None
-                or request.tools):
+        if _prompt_chars(request) > INLINE_PROMPT_CHARS or constrained(request):
             prepared = await asyncio.to_thread(self.engine.prepare, request,
                                                self.default_max_tokens)
         return self.submit(request, resumable=resumable, prepared=prepared, into=into)
@@ -306,7 +313,7 @@ class Scheduler:
         if request.split_reasoning:
             inside = prepared.prompt_text.rstrip().endswith(THINK_OPEN)
             reason = ReasoningSplitter(THINK_OPEN, THINK_CLOSE, inside=inside)
-        if request.tools:
+        if request.tools and not self.engine.splits_calls:
             split = tool_call_splitter()
 
         # Logprobs asked: content goes through the aligner, which wraps the stop matcher
@@ -355,6 +362,8 @@ class Scheduler:
                     if stop.stopped:
                         session.finish(FinishReason.STOP, stop.matched)
                         return
+                elif isinstance(event, EngineParts):  # calls the engine got apart
+                    session.add_pieces(list(event.parts), event.tokens)
                 elif isinstance(event, EngineFinish):
                     if session.prompt_tokens is None:
                         session.prompt_tokens = event.usage.prompt_tokens

@@ -102,6 +102,9 @@ class GenerationRequest:
     # a thinking section at the start of the answer goes to the reasoning channel (else
     # it stays in the content, as the model wrote it)
     split_reasoning: bool = False
+    # at most this many tokens of thinking, then the section's close is forced
+    # (constrain/thinking.py); None: no bound but max_tokens
+    reasoning_budget: int | None = None
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.prompt is None):
@@ -170,7 +173,16 @@ class EngineFinish:
     usage: Usage
 
 
-EngineEvent = EngineStart | EngineText | EngineFinish
+@dataclass(frozen=True, slots=True)
+class EngineParts:
+    """Text the engine got already apart from the content (the openai engine: its
+    upstream's tool calls), as the scheduler's splitters would have made it."""
+
+    parts: tuple[Part, ...]
+    tokens: int = 1
+
+
+EngineEvent = EngineStart | EngineText | EngineParts | EngineFinish
 
 
 # What a session yields to its reader (session.py): Queued while waiting, Started, Delta...,

@@ -129,3 +129,23 @@ def test_the_sse_bench_loads_neither_the_ws_client_nor_pydantic() -> None:
                           timeout=60)
     assert done.returncode == 0 and "--api {ws,sse}" in done.stdout, done.stderr
     assert done.stdout.splitlines()[-1] == "[]"
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("api", ["sse", "ws"])
+def test_bench_tools_runs_calls_beside_free_text_on_the_model(model_server: ServerProcess,
+                                                               api: str) -> None:
+    """--tools FILE --format-ab on the real model: the tools side is answered with calls
+    (tool_choice required, so tokens and a first token arrive), the free side with text."""
+    url = model_server.url if api == "sse" else model_server.ws_url
+    done = subprocess.run(
+        [sys.executable, "-m", "tokenpipe", "bench", "--api", api, "--url", url, "-n", "2",
+         "--max-tokens", "40", "--rounds", "1", "--warmup", "0", "--tools",
+         "scripts/bench/tools.json", "--format-ab", "--json",
+         *(["--same-prompt"] if api == "sse" else [])],  # the free side: the tools' prompt
+        capture_output=True, text=True, timeout=300, check=True)
+    runs = {r["label"]: r for r in map(json.loads, (
+        ln for ln in done.stdout.splitlines() if ln.startswith("{")))}
+    assert set(runs) == {f"tokenpipe-{api}-free", f"tokenpipe-{api}-tools"}, done.stdout
+    for run in runs.values():
+        assert run["errors"] == 0 and run["tokens"] > 0 and run["ttft_p50_ms"] > 0, run

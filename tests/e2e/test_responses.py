@@ -295,6 +295,9 @@ def openai_error(r: httpx.Response, status: int) -> dict[str, Any]:
     ({"model": "fake", "input": "hi", "max_output_tokens": 100000}, "max_output_tokens"),
     ({"model": "fake", "input": "hi", "previous_response_id": "resp_x"},
      "previous_response_id"),
+    ({"model": "fake", "input": [{"type": "function_call_output", "call_id": "call_x",
+                                  "output": "21"}]}, "input"),  # answers no call
+    ({"model": "fake", "input": "hi", "tools": [{"type": "code_interpreter"}]}, "tools[0]"),
 ])
 def test_bad_requests_answer_in_openais_shape(server: ServerProcess, body: dict[str, Any],
                                               param: str) -> None:

@@ -7,6 +7,8 @@
     tokenpipe bench --decode-steps -n 8             # llama.cpp alone: what batching can gain
     tokenpipe bench --json-schema scripts/bench/story.schema.json --format-ab
                                                     # with and without the format, A B A B
+    tokenpipe bench --tools scripts/bench/tools.json --format-ab
+                                                    # tool calls (required) and free text
 
 Tokens are counted from the server's usage; time to first token is measured by the client
 from sending the request to receiving the first non-empty text.
@@ -51,9 +53,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                         "most -n streams can gain over one on this machine and model")
     p.add_argument("--json-schema", metavar="FILE",
                    help="ask for output under this JSON Schema (response_format json_schema)")
+    p.add_argument("--tools", metavar="FILE",
+                   help="offer these tools (a JSON list of OpenAI tools) with tool_choice\n"
+                        "required: every answer is tool calls")
     p.add_argument("--format-ab", action="store_true",
-                   help="with --json-schema: each round runs the server without, then with,\n"
-                        "the format (what constrained decoding costs, side by side)")
+                   help="with --json-schema or --tools: each round runs the server without,\n"
+                        "then with, the format or tools (what constraining costs, side by side)")
+    p.add_argument("--same-prompt", action="store_true",
+                   help="with --tools --format-ab: the free side gets the tools' generic\n"
+                        "system section as its system message (what a chat template without\n"
+                        "`tools`, the bundled model's, renders), so both decode one prompt\n"
+                        "and the difference is the grammar's")
     p.add_argument("--idle", type=int, metavar="N",
                    help="open N idle connections and report the server's memory per 1,000")
     p.set_defaults(run=run)
@@ -80,16 +90,21 @@ async def _rounds(args: argparse.Namespace) -> int:
     messages = [{"role": "user", "content": args.prompt}]
     label = f"tokenpipe-{args.api}"
     args.response_format = _response_format(args.json_schema)
+    args.tool_list = _tools(args.tools)
     targets: list[tuple[str, Callable[[], Awaitable[RunResult]]]] = [
         (label, lambda: server_run(label, args.api, args.url, args, messages))]
     if args.format_ab:
-        if args.response_format is None:
-            raise SystemExit("--format-ab needs --json-schema FILE")
-        free = argparse.Namespace(**{**vars(args), "response_format": None})
+        if args.response_format is None and args.tool_list is None:
+            raise SystemExit("--format-ab needs --json-schema FILE or --tools FILE")
+        free = argparse.Namespace(**{**vars(args), "response_format": None,
+                                     "tool_list": None})
+        kind = label + ("-tools" if args.tool_list is not None else "-schema")
+        free_messages = messages
+        if args.same_prompt and args.tool_list is not None:
+            free_messages = _with_tools_section(messages, args.tool_list)
         targets.insert(0, (label + "-free", lambda: server_run(
-            label + "-free", args.api, args.url, free, messages)))
-        targets[1] = (label + "-schema", lambda: server_run(
-            label + "-schema", args.api, args.url, args, messages))
+            label + "-free", args.api, args.url, free, free_messages)))
+        targets[1] = (kind, lambda: server_run(kind, args.api, args.url, args, messages))
     if args.reference:  # in this process, while the server idles: A B A B
         from .reference import reference_run
 
@@ -121,3 +136,32 @@ def _response_format(path: str | None) -> dict[str, Any] | None:
     except (OSError, ValueError) as exc:
         raise SystemExit(f"--json-schema {path}: {exc}") from None
     return {"type": "json_schema", "json_schema": {"name": "bench", "schema": schema}}
+
+
+def _tools(path: str | None) -> list[dict[str, Any]] | None:
+    """--tools FILE: a JSON list of OpenAI tools (tokenpipe.v1 takes the same)."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            tools = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"--tools {path}: {exc}") from None
+    if not isinstance(tools, list) or not tools:
+        raise SystemExit(f"--tools {path}: not a non-empty JSON list of tools")
+    return tools
+
+
+def _with_tools_section(messages: list[dict[str, str]], tools: list[dict[str, Any]]
+                        ) -> list[dict[str, str]]:
+    """The messages as the server writes them for a template without `tools`: the tools'
+    generic system section first (constrain/tools.py, the server's own function)."""
+    from ..constrain.tools import chat_messages
+    from ..protocol.formats import ToolSpec
+    from ..types import GenerationRequest, Message
+
+    request = GenerationRequest(
+        messages=tuple(Message(m["role"], m["content"]) for m in messages),  # type: ignore[arg-type]
+        tools=tuple(ToolSpec.model_validate(t).to_tool() for t in tools))
+    rendered, _ = chat_messages(request, False)
+    return [{"role": m["role"], "content": m["content"]} for m in rendered]

@@ -102,5 +102,6 @@ def print_medians(results: dict[str, list[RunResult]]) -> None:
         agg = statistics.median(r.summary()["aggregate_tok_s"] for r in runs)
         ttft = statistics.median(r.summary()["ttft_p50_ms"] for r in runs)
         base = base or agg
+        ratio = f"{agg / base:5.2f}x" if base else "  n/a"  # the first target got nothing
         print(f"  {label:20s} aggregate {agg:8.1f} tok/s  ttft p50 {ttft:8.1f} ms"
-              f"  ratio {agg / base:5.2f}x")
+              f"  ratio {ratio}")

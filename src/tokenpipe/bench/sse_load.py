@@ -28,6 +28,8 @@ async def sse_stream(url: str, args: argparse.Namespace,
         body["model"] = args.model
     if getattr(args, "response_format", None) is not None:
         body["response_format"] = args.response_format
+    if getattr(args, "tool_list", None) is not None:
+        body.update(tools=args.tool_list, tool_choice="required")
     request = json.dumps(body).encode()
     origin = Origin(url.rstrip("/"), spares=False)
     arrived = False
@@ -55,7 +57,8 @@ async def sse_stream(url: str, args: argparse.Namespace,
                 if chunk.get("usage"):
                     result.tokens = chunk["usage"]["completion_tokens"]
                 for choice in chunk.get("choices") or []:
-                    if (choice.get("delta") or {}).get("content"):
+                    delta = choice.get("delta") or {}
+                    if delta.get("content") or delta.get("tool_calls"):
                         result.arrived()
         conn.release()
         result.stop()

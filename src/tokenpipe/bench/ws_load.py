@@ -105,6 +105,8 @@ async def ws_stream(url: str, args: argparse.Namespace,
     params: dict[str, Any] = {"max_tokens": args.max_tokens, "temperature": 0.0}
     if getattr(args, "response_format", None) is not None:
         params["response_format"] = args.response_format
+    if getattr(args, "tool_list", None) is not None:
+        params.update(tools=args.tool_list, tool_choice="required")
     request = {"type": "generate", "id": "bench", "messages": messages, "params": params}
     parts = urlsplit(url)
     if parts.scheme != "ws" or not parts.hostname:

@@ -62,9 +62,17 @@ def grammar_of(fmt: OutputFormat, param: str = "response_format") -> str:
         raise BadRequest(f"the JSON schema is not a JSON object: {exc}", param=param) from None
 
 
-def grammar_for(request: GenerationRequest) -> tuple[str, str] | None:
+def grammar_for(request: GenerationRequest, *, inside: bool = False
+                ) -> tuple[str, str] | None:
     """The grammar an answer to `request` is generated under, and the parameter a client
-    set to ask for it (None: free text)."""
+    set to ask for it (None: free text). `inside`: the prompt opened a thinking section
+    (what a thinking budget's grammar starts from: thinking.py)."""
+    if request.reasoning_budget is not None:
+        from .thinking import thinking_grammar
+
+        param = ("tools" if request.tools else "response_format"
+                 if request.format is not None else "reasoning_budget")
+        return thinking_grammar(request, inside=inside), param
     if request.tools:
         from .tools import tools_grammar
 

@@ -49,9 +49,14 @@ def call_text(call: ToolCall) -> str:
 
 
 def tools_grammar(request: GenerationRequest, param: str = "tools") -> str:
-    """The Lark grammar (llguidance's dialect) of an answer to a request with tools."""
+    """The grammar (llguidance's) of an answer to a request with tools."""
     import llguidance
 
+    return str(llguidance.LLMatcher.grammar_from_lark(tools_lark(request, param)))
+
+
+def tools_lark(request: GenerationRequest, param: str = "tools") -> str:
+    """The Lark text (llguidance's dialect) of that grammar, its rule `start` first."""
     choice = request.tool_choice
     tools = request.tools
     if choice.mode == "function":
@@ -66,18 +71,17 @@ def tools_grammar(request: GenerationRequest, param: str = "tools") -> str:
         rules.append(f"call_{i}: {head} args_{i} {json.dumps(CLOSE)}")
         rules.append(f"args_{i}: %json {schema}")
     calls = f'call ({json.dumps(BETWEEN)} call)*' if choice.parallel else "call"
-    text = _text_rule(request.format)
+    text = text_rule(request.format)
     if choice.mode == "none":
         start = "start: answer"
     elif choice.mode == "auto":
         start = "start: answer | calls"
     else:  # required, or one named function
         start = "start: calls"
-    lark = "\n".join([start, f"calls: {calls}", *rules, text])
-    return str(llguidance.LLMatcher.grammar_from_lark(lark))
+    return "\n".join([start, f"calls: {calls}", *rules, text])
 
 
-def _text_rule(fmt: OutputFormat | None) -> str:
+def text_rule(fmt: OutputFormat | None) -> str:
     """The answer other than calls: JSON under the format, or any text without the tag."""
     if fmt is None:
         return ("answer: TEXT\n"

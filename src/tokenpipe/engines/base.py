@@ -72,6 +72,9 @@ class Engine(abc.ABC):
         """Frees the model. Running streams end."""
 
     logprobs: bool = False  # computes token log-probabilities (SamplingParams.logprobs)
+    # The engine yields tool calls as EngineParts itself (its upstream sent them apart):
+    # the scheduler's splitter does not read its text for calls.
+    splits_calls: bool = False
     failures: int = 0  # faults of the engine's own loop that ended generations in flight
     restarts: int = 0  # times the engine recovered from such a fault by itself
 
@@ -101,9 +104,11 @@ class Engine(abc.ABC):
         grammar here, so what they cannot enforce is refused before anything runs).
         Called by prepare(), which the scheduler runs in a worker thread for such
         requests: this may block."""
-        param = "tools" if request.tools else "response_format"
+        param, what = (("tools", "tool calls") if request.tools else
+                       ("response_format", "a format") if request.format is not None else
+                       ("reasoning_budget", "a thinking budget"))
         raise BadRequest(f"the {self.info.name} engine cannot constrain its output to "
-                         f"{'tool calls' if request.tools else 'a format'}", param=param)
+                         f"{what}", param=param)
 
     def encode(self, request: GenerationRequest, text: str) -> Sequence[int]:
         """The prompt's ids: the rendered chat as it is (the template writes its own special
@@ -115,7 +120,7 @@ class Engine(abc.ABC):
         A prompt that leaves no room for one token is the prompt's fault (`param` names
         `messages` or `prompt`), one that leaves too little for an explicit max_tokens is
         max_tokens' (an absent one means "the default, or what still fits")."""
-        if request.format is not None or request.tools:
+        if constrained(request):
             self.check_output(request)
         if request.params.logprobs is not None and not self.logprobs:
             raise BadRequest(f"the {self.info.name} engine does not compute logprobs",
@@ -138,6 +143,19 @@ class Engine(abc.ABC):
                 f"context of {limit} tokens: at most {limit - len(ids)} fit",
                 param="max_tokens")
         return PreparedRequest(request, text, ids, max_tokens)
+
+
+def opens_thinking(prepared: PreparedRequest) -> bool:
+    """The rendered prompt ends inside an open thinking section (as the scheduler's
+    ReasoningSplitter reads it): a thinking budget's grammar starts in the section."""
+    return prepared.request.reasoning_budget is not None and (
+        prepared.prompt_text.rstrip().endswith("<think>"))
+
+
+def constrained(request: GenerationRequest) -> bool:
+    """The request's answer is generated under a grammar (check_output applies)."""
+    return request.format is not None or bool(request.tools) or (
+        request.reasoning_budget is not None)
 
 
 @dataclass(frozen=True, slots=True)

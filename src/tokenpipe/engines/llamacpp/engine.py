@@ -41,6 +41,7 @@ from ..base import (
     bundled_model_path,
     drain,
     hand_over,
+    opens_thinking,
 )
 from . import decode_steps, exact
 from .context import Context
@@ -137,9 +138,10 @@ class LlamaCppEngine(Engine):
         self.rows_exact = exact.check(self.determinism, c, self._vocab.n_tokens, self.parallel)
 
     def check_output(self, request: GenerationRequest) -> None:
-        grammar = grammar_for(request)
-        assert grammar is not None
-        self._guides.result().check(*grammar)
+        for inside in (False, True) if request.reasoning_budget is not None else (False,):
+            grammar = grammar_for(request, inside=inside)  # both: the prompt decides
+            assert grammar is not None
+            self._guides.result().check(*grammar)
 
     # ---- text ---------------------------------------------------------------------------
     def render(self, request: GenerationRequest) -> str:
@@ -287,7 +289,7 @@ class LlamaCppEngine(Engine):
         request = seq.prepared.request
         seq.sampler = make_sampler(request.params, self._vocab.n_tokens,
                                    seq.prompt, self.info.context_tokens)
-        grammar = grammar_for(request)
+        grammar = grammar_for(request, inside=opens_thinking(seq.prepared))
         if grammar is not None:  # checked in prepare(): compiled and cached
             seq.guide = self._guides.result().start(grammar[0])
 

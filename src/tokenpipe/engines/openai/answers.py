@@ -20,7 +20,8 @@ from ...errors import (
     TokenpipeError,
     UnknownModel,
 )
-from ...types import EngineEvent, EngineFinish, EngineText, FinishReason, Usage
+from ...types import EngineEvent, EngineFinish, EngineParts, EngineText, FinishReason, Usage
+from .calls import CallAssembler
 
 if TYPE_CHECKING:  # only a type here: replicas.py imports this module
     from .replicas import Replica
@@ -28,7 +29,8 @@ if TYPE_CHECKING:  # only a type here: replicas.py imports this module
 _CONTEXT_ERROR = re.compile(r"context[ _](length|size|window)|exceed_context|maximum context|"
                             r"too many tokens|prompt is too long", re.IGNORECASE)
 _FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH,
-           "cancelled": FinishReason.CANCELLED}
+           "cancelled": FinishReason.CANCELLED, "tool_calls": FinishReason.TOOL_CALLS,
+           "function_call": FinishReason.TOOL_CALLS}
 
 
 class Retry(Exception):
@@ -50,6 +52,8 @@ class Progress:
     complete: bool = False  # the answer ended well: its connection may be reused
     failure: EngineError | None = None  # an in-band error after text: raised once it is out
     events: list[EngineEvent] = field(default_factory=list)
+    calls: CallAssembler | None = None  # the answer's tool calls, once one came
+    tools: bool = False  # the request offered tools (else an upstream's calls are dropped)
 
 
 # ---- the upstream's answer, chunk by chunk -----------------------------------------
@@ -87,6 +91,16 @@ def handle_event(data: str, progress: Progress, replica: Replica, *, streamed: b
         if isinstance(text, str) and text:
             progress.texts += 1
             progress.events.append(EngineText(text))
+        if progress.tools and isinstance(delta, dict) and (
+                delta.get("tool_calls") or delta.get("function_call")):
+            if progress.calls is None:
+                progress.calls = CallAssembler(replica.base)
+            parts = progress.calls.feed(delta.get("tool_calls") or delta["function_call"])
+            progress.texts += 1  # a chunk of a call counts as a token, as text does
+            if parts:
+                progress.events.append(EngineParts(tuple(parts), tokens=1))
+            else:  # held (no name yet): counted now, passed on once the call begins
+                progress.events.append(EngineText("", tokens=1))
         if choice.get("finish_reason"):
             progress.finish = str(choice["finish_reason"])
     if isinstance(chunk.get("usage"), dict):
@@ -97,11 +111,22 @@ def finish_events(progress: Progress, replica: Replica) -> list[EngineEvent]:
     reason = _FINISH.get(progress.finish or "stop")
     if reason is None and progress.finish == "abort":  # vLLM: the request was aborted
         raise EngineError(f"upstream {replica.base} aborted the generation")
+    events: list[EngineEvent] = []
+    if progress.calls is not None:
+        # Calls end whole unless max_tokens (or a cancel) cut the answer: then the text so
+        # far is what there is, as on the local engines.
+        cut = reason in (FinishReason.LENGTH, FinishReason.CANCELLED)
+        parts = progress.calls.finish(whole=not cut)
+        if parts:
+            events.append(EngineParts(tuple(parts), tokens=0))
+        if progress.calls.calls and reason in (None, FinishReason.STOP):
+            reason = FinishReason.TOOL_CALLS
+    if reason is FinishReason.TOOL_CALLS and not (progress.calls and progress.calls.calls):
+        reason = FinishReason.STOP  # "tool_calls" with no call: nothing to call
     usage = progress.usage or {}
     prompt = usage.get("prompt_tokens")
     completion = usage.get("completion_tokens")
     completion = completion if isinstance(completion, int) else progress.texts
-    events: list[EngineEvent] = []
     if completion > progress.texts:  # chunks that carried several tokens, or none of text
         events.append(EngineText("", tokens=completion - progress.texts))
     details = usage.get("prompt_tokens_details")

@@ -34,6 +34,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 from ... import http
+from ...constrain.tools import openai_tool
 from ...errors import (
     BadRequest,
     ContextOverflow,
@@ -41,8 +42,8 @@ from ...errors import (
     EngineUnavailable,
     TokenpipeError,
 )
-from ...types import EngineEvent, EngineStart, GenerationRequest, OutputFormat
-from ..base import Engine, EngineInfo, EngineOptions, PreparedRequest
+from ...types import EngineEvent, EngineStart, GenerationRequest, Message, OutputFormat, ToolChoice
+from ..base import Engine, EngineInfo, EngineOptions, PreparedRequest, constrained
 from .answers import Progress, Retry, describe, finish_events, handle_event, refusal
 from .replicas import CONNECT_TIMEOUT_S, Replica, Replicas
 
@@ -51,6 +52,7 @@ DRAIN_TIMEOUT_S = 1.0
 
 class OpenAIEngine(Engine):
     health_interval_s = 2.0
+    splits_calls = True  # the upstream streams its calls apart (answers.py, calls.py)
 
     def __init__(
         self,
@@ -144,11 +146,14 @@ class OpenAIEngine(Engine):
         raise EngineError("the openai engine has no tokenizer: its upstream counts tokens")
 
     def check_output(self, request: GenerationRequest) -> None:
-        """The upstream enforces the format (response_format goes with the request); it
-        refuses what it cannot, and that refusal reaches the client as its 400. Tools are
-        not forwarded yet."""
-        if request.tools:
-            super().check_output(request)
+        """The upstream enforces the format and the tools (response_format, tools and
+        tool_choice go with the request); it refuses what it cannot, and that refusal
+        reaches the client as its 400. Its calls are checked whole as they end
+        (calls.py). A thinking budget has no OpenAI parameter to go upstream in."""
+        if request.reasoning_budget is not None:
+            raise BadRequest("the openai engine cannot apply a thinking budget: OpenAI's "
+                             "API has no such parameter for its upstream",
+                             param="reasoning_budget")
 
     def prepare(self, request: GenerationRequest, default_max_tokens: int) -> PreparedRequest:
         """No local token count (prompt_ids stays empty): only what is sure without one is
@@ -156,7 +161,7 @@ class OpenAIEngine(Engine):
         limit = self.info.context_tokens
         asked = request.params.max_tokens
         max_tokens = min(default_max_tokens, limit - 1) if asked is None else asked
-        if request.format is not None or request.tools:
+        if constrained(request):
             self.check_output(request)
         if request.params.logprobs is not None:  # not forwarded upstream yet
             raise BadRequest("the openai engine does not pass logprobs on yet",
@@ -210,9 +215,10 @@ class OpenAIEngine(Engine):
             else:
                 break
             tried.append(replica)
+            attempt = self._attempt(replica, path, body, conn,
+                                    tools=bool(prepared.request.tools))
             try:
-                async with contextlib.aclosing(self._attempt(replica, path, body, conn)
-                                               ) as events:
+                async with contextlib.aclosing(attempt) as events:
                     async for event in events:
                         yield event
                 return
@@ -227,7 +233,7 @@ class OpenAIEngine(Engine):
         body: dict[str, Any] = {"model": self.model}
         if request.messages is not None:
             path = "/v1/chat/completions"
-            body["messages"] = [{"role": m.role, "content": m.content} for m in request.messages]
+            body["messages"] = [upstream_message(m) for m in request.messages]
         else:
             path = "/v1/completions"
             body["prompt"] = request.prompt
@@ -244,10 +250,14 @@ class OpenAIEngine(Engine):
         body.update((k, v) for k, v in optional.items() if v is not None)
         if request.format is not None:
             body["response_format"] = response_format(request.format)
+        if request.tools:
+            body["tools"] = [openai_tool(t) for t in request.tools]
+            body["tool_choice"] = tool_choice(request.tool_choice)
+            body["parallel_tool_calls"] = request.tool_choice.parallel
         return path, json.dumps(body, ensure_ascii=False).encode()
 
     async def _attempt(self, replica: Replica, path: str, body: bytes,
-                       sent: http.Connection | None = None
+                       sent: http.Connection | None = None, *, tools: bool = False
                        ) -> AsyncGenerator[EngineEvent, None]:
         """One upstream request (`sent`: already written there by begin()). Raises Retry
         for a failure before the first token."""
@@ -257,7 +267,7 @@ class OpenAIEngine(Engine):
                 sent.close()
             raise EngineUnavailable("the openai engine is closed")
         decoder = http.SSEDecoder()
-        progress = Progress()
+        progress = Progress(tools=tools)
         conn: http.Connection | None = None
         try:
             # Up to the first token: nothing is passed on yet, so any failure may move on.
@@ -340,6 +350,25 @@ class _Sent:
         """Never streamed: closing the connection is how the upstream learns to stop."""
         self.replica.in_flight -= 1
         self.conn.release()  # unanswered: closed, and a spare opened in its place
+
+
+def upstream_message(m: Message) -> dict[str, Any]:
+    """A chat turn in OpenAI's shape: an assistant turn's calls, a tool turn's call id."""
+    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        out["content"] = m.content or None  # OpenAI's assistant turn of calls alone
+        out["tool_calls"] = [{"id": c.id, "type": "function",
+                              "function": {"name": c.name, "arguments": c.arguments}}
+                             for c in m.tool_calls]
+    if m.tool_call_id is not None:
+        out["tool_call_id"] = m.tool_call_id
+    return out
+
+
+def tool_choice(choice: ToolChoice) -> str | dict[str, Any]:
+    if choice.mode == "function":
+        return {"type": "function", "function": {"name": choice.name}}
+    return choice.mode
 
 
 def response_format(fmt: OutputFormat) -> dict[str, Any]:

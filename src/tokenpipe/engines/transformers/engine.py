@@ -57,6 +57,7 @@ from ..base import (
     PreparedRequest,
     drain,
     hand_over,
+    opens_thinking,
 )
 from ..prefill import render_with_prefill
 
@@ -155,9 +156,10 @@ class TransformersEngine(Engine):
                  self.info.context_tokens, max_batch)
 
     def check_output(self, request: GenerationRequest) -> None:
-        grammar = grammar_for(request)
-        assert grammar is not None
-        self._guides.result().check(*grammar)
+        for inside in (False, True) if request.reasoning_budget is not None else (False,):
+            grammar = grammar_for(request, inside=inside)  # both: the prompt decides
+            assert grammar is not None
+            self._guides.result().check(*grammar)
 
     # ---- text ---------------------------------------------------------------------------
     def render(self, request: GenerationRequest) -> str:
@@ -304,7 +306,7 @@ class TransformersEngine(Engine):
             request = seq.prepared.request
             seq.sampler = Sampler(request.params, prompt, self._device)
             seq.detok = self._detokenizer(prompt)
-            grammar = grammar_for(request)
+            grammar = grammar_for(request, inside=opens_thinking(seq.prepared))
             if grammar is not None:  # checked in prepare(): compiled and cached
                 seq.guide = self._guides.result().start(grammar[0])
         try:

@@ -52,12 +52,18 @@ def status_of(exc: TokenpipeError) -> int:
     return _STATUSES.get(exc.code, exc.status)
 
 
+# the core's parameter names -> this door's
+_FIELDS = {"reasoning_budget": "thinking.budget_tokens",
+           "response_format": "output_config.format"}
+
+
 def error_body(exc: TokenpipeError) -> dict[str, Any]:
     """`exc` in Anthropic's shape; a `param` the core names leads the message, as Anthropic
     words its own ("max_tokens: ...")."""
     message = exc.message
-    if exc.param and not message.startswith(exc.param):
-        message = f"{exc.param}: {message}"
+    param = _FIELDS.get(exc.param, exc.param) if exc.param else None
+    if param and not message.startswith(param):
+        message = f"{param}: {message}"
     return error_json(message, status=status_of(exc))
 
 

@@ -10,11 +10,14 @@
 - Sampling: `temperature` (absent: 1, as Anthropic), `top_p`, `top_k`, `stop_sequences`.
 - `tools` (custom tools: name, description, input_schema) and `tool_choice` (auto, any,
   tool, none; disable_parallel_tool_use) map to the core's tools, generated under a
-  grammar; `thinking` enabled or adaptive splits a thinking section off the answer.
+  grammar; `thinking` enabled or adaptive splits a thinking section off the answer, and
+  enabled's `budget_tokens` (below max_tokens) bounds it: constrain/thinking.py.
+- `output_config.format` (`{"type": "json_schema", "schema"}`): the answer's text is JSON
+  valid against the schema, generated under it (as chat's response_format).
 - Accepted and ignored (they do not change the answer): `metadata`, `service_tier`,
   `cache_control` (also on blocks), `speed`, `inference_geo`, `diagnostics`,
   `user_profile_id`, `workspace_id`. Neutral values of what is not supported pass
-  (`output_config: {}`, `mcp_servers: []`); anything else is refused.
+  (`output_config.effort: null`, `mcp_servers: []`); anything else is refused.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from pydantic_core import PydanticCustomError
 
 from ...constrain.grammars import schema_text
 from ...sampling_defaults import given
-from ...types import GenerationRequest, Message, SamplingParams, Tool, ToolChoice
+from ...types import GenerationRequest, Message, OutputFormat, SamplingParams, Tool, ToolChoice
 from ..formats import ToolName
 from .blocks import ASSISTANT_ONLY, check_text, parse_content, text_of, turns
 
@@ -204,10 +207,26 @@ class ThinkingConfig(_Body):
     type: Literal["enabled", "disabled", "adaptive"] = Field(
         description="enabled or adaptive: a thinking section the model writes comes as a "
                     "thinking block; disabled: it stays in the text, as written.")
-    budget_tokens: int | None = Field(default=None, ge=1, description="Accepted, not "
-                                      "applied (max_tokens bounds the whole answer); "
-                                      "Anthropic requires it with enabled, this server "
-                                      "does not.")
+    budget_tokens: int | None = Field(default=None, ge=1, description="With enabled: "
+                                      "at most this many tokens of thinking, then the "
+                                      "section is closed and the answer starts (applied "
+                                      "when below max_tokens). Anthropic requires it with "
+                                      "enabled, this server does not.")
+
+
+class JsonOutputFormat(_Body):
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
+    type: Literal["json_schema"]
+    json_schema: dict[str, Any] = Field(alias="schema", description="The JSON Schema the "
+                                        "answer's text is valid against.")
+
+
+class OutputConfig(_Body):
+    format: JsonOutputFormat | None = Field(default=None, description="JSON output, "
+                                            "generated under the schema.")
+    effort: Annotated[Refused, _refuse((), "output_config.effort is not supported: this "
+                                       "server has no effort levels")] = None
 
 
 class _Prompt(_Body):
@@ -230,9 +249,7 @@ class _Prompt(_Body):
         "each call's input is generated under the tool's input_schema.")
     tool_choice: ToolChoiceSpec | None = Field(default=None, description="Absent: auto.")
     thinking: ThinkingConfig | None = None
-    # #17: map output_config.format (structured outputs) here, once the core constrains.
-    output_config: Annotated[Refused, _refuse(({},), "output_config (structured output "
-                                              "formats, effort) is not supported yet")] = None
+    output_config: OutputConfig | None = None
     cache_control: Ignored = Field(default=None, description="Accepted and ignored.")
     speed: Ignored = None
     inference_geo: Ignored = None
@@ -283,10 +300,19 @@ class _Prompt(_Body):
 
     def _request(self, params: SamplingParams) -> GenerationRequest:
         choice = self.tool_choice.to_choice() if self.tool_choice else ToolChoice()
+        thinking = self.thinking
+        budget = thinking.budget_tokens if thinking is not None and (
+            thinking.type == "enabled") else None
+        if budget is not None and (params.max_tokens is None or budget >= params.max_tokens):
+            budget = None  # max_tokens ends the answer first (or nothing is generated)
+        fmt = self.output_config.format if self.output_config is not None else None
         return GenerationRequest(
             messages=self._messages(), params=params, model=self.model,
             tools=tuple(t.to_tool() for t in self.tools or ()), tool_choice=choice,
-            split_reasoning=self.thinking is not None and self.thinking.type != "disabled")
+            split_reasoning=thinking is not None and thinking.type != "disabled",
+            reasoning_budget=budget,
+            format=None if fmt is None else OutputFormat("json_schema",
+                                                         schema_text(fmt.json_schema)))
 
 
 class MessagesRequest(_Prompt):

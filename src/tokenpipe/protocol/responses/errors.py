@@ -8,7 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import TokenpipeError
-from ..openai.errors import OpenAIError, error_body
+from ..openai.errors import OpenAIError, error_body, validation_error
+
+_ITEM_TAGS = {"message", "function_call", "function_call_output"}  # requests.InputItem
 
 # the core's parameter names -> this door's (a context overflow names max_tokens)
 FIELDS = {"max_tokens": "max_output_tokens", "messages": "input", "prompt": "input"}
@@ -20,6 +22,19 @@ _FAILURE_CODES = {"overloaded": "rate_limit_exceeded", "too_many_streams": "rate
 def http_body(exc: TokenpipeError) -> dict[str, Any]:
     """`exc` as the HTTP error body, in OpenAI's shape with this door's names."""
     return error_body(exc, FIELDS)
+
+
+def request_error(errors: Any) -> OpenAIError:
+    """A request body's validation errors as the 400, an input item's union tag left out
+    of where (`input[0].role`, not `input[0].message.role`)."""
+    untagged = []
+    for error in errors:
+        loc = tuple(error.get("loc", ()))
+        if len(loc) > 2 and loc[0] == "input" and isinstance(loc[1], int) and (
+                loc[2] in _ITEM_TAGS):
+            error = {**error, "loc": (*loc[:2], *loc[3:])}
+        untagged.append(error)
+    return validation_error(untagged)
 
 
 def failure(exc: TokenpipeError) -> dict[str, Any]:

@@ -64,7 +64,8 @@ class ResponseShape:
             "reasoning": {"effort": None, "summary": None}, "service_tier": "default",
             "store": body.stored,
             "temperature": 1.0 if body.temperature is None else body.temperature,
-            "text": _text_echo(body), "tool_choice": "auto", "tools": [], "top_logprobs": 0,
+            "text": _text_echo(body), "tool_choice": _choice_echo(body),
+            "tools": [t.echo() for t in body.tools or ()], "top_logprobs": 0,
             "top_p": 1.0 if body.top_p is None else body.top_p, "truncation": "disabled",
             "user": body.user,
         }
@@ -90,11 +91,18 @@ class ResponseShape:
                 "incomplete_details": None, "completed_at": None,
                 "usage": None if usage is None else usage_json(usage)}
 
-    def final(self, end: Finished | Failed, text: str) -> dict[str, Any]:
-        """The response once it ended, `text` its whole answer."""
+    def final(self, end: Finished | Failed, text: str,
+              items: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The response once it ended, `text` its whole answer (or, with tools, `items`
+        its output items, closed: items.py)."""
         status = status_of(end)
-        output = [] if status == "failed" and not text else [
-            self.message(text, "completed" if status == "completed" else "incomplete")]
+        if items is not None:
+            output = [] if status == "failed" and not any(
+                i["type"] == "function_call" or i["content"][0]["text"] for i in items
+            ) else items
+        else:
+            output = [] if status == "failed" and not text else [
+                self.message(text, "completed" if status == "completed" else "incomplete")]
         out = self.snapshot(status, output, end.usage)
         out["completed_at"] = int(time.time())
         if isinstance(end, Failed):
@@ -102,6 +110,13 @@ class ResponseShape:
         elif status == "incomplete":
             out["incomplete_details"] = {"reason": "max_output_tokens"}
         return out
+
+
+def _choice_echo(body: ResponsesRequest) -> Any:
+    choice = body.tool_choice
+    if choice is None:
+        return "auto"
+    return choice if isinstance(choice, str) else choice.model_dump()
 
 
 def input_items(body: ResponsesRequest) -> list[dict[str, Any]]:

@@ -1,16 +1,18 @@
-"""OpenAI Responses request bodies (docs/protocol.md, "OpenAI Responses HTTP"), text only for
-now:
+"""OpenAI Responses request bodies (docs/protocol.md, "OpenAI Responses HTTP"), text and
+function tools:
 
-- `input`: a string (one user message) or a list of message items, `{"type": "message",
+- `input`: a string (one user message) or a list of items: messages, `{"type": "message",
   "role", "content"}` or the short form without `type`; roles user, assistant, system,
   developer (read as system); `content` a string or `input_text` / `output_text` parts
-  (joined with newlines). Other item and part types are a 400 naming where.
+  (joined with newlines); and `function_call` / `function_call_output` items (tools.py).
+  Other item and part types are a 400 naming where.
+- `tools` (function tools), `tool_choice`, `parallel_tool_calls`: tools.py.
 - `instructions`: a system message in front (not carried on by `previous_response_id`,
   as OpenAI's). Sampling: `temperature` (absent: 1), `top_p`, `max_output_tokens`, and
   tokenpipe's `seed`. `text.format`: text, json_object or json_schema, mapped as chat's
   `response_format` (protocol/formats.py).
-- Neutral values of what is not produced pass (`tools: []`, `include: []`,
-  `tool_choice: "auto"`, `reasoning: {"effort": null}`, `truncation: "disabled"`);
+- Neutral values of what is not produced pass (`include: []`,
+  `reasoning: {"effort": null}`, `truncation: "disabled"`);
   anything else is refused naming the parameter. Ignored: `service_tier`,
   `prompt_cache_key`, `safety_identifier`, `prompt_cache_retention`, `stream_options`.
 """
@@ -24,7 +26,9 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
+    Tag,
     WithJsonSchema,
     model_validator,
 )
@@ -34,6 +38,15 @@ from pydantic_core import PydanticCustomError
 from ...sampling_defaults import given
 from ...types import GenerationRequest, Message, OutputFormat, SamplingParams
 from ..formats import JsonSchemaSpec, ResponseFormat
+from .tools import (
+    ChoiceField,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    Tools,
+    check_tools,
+    tool_choice_of,
+    with_calls,
+)
 
 _TEXT_PARTS = ("input_text", "output_text")
 
@@ -107,14 +120,22 @@ def _content(value: Any) -> Any:
     return [{"type": "input_text", "text": value}] if isinstance(value, str) else value
 
 
+_ITEMS = ("message", "function_call", "function_call_output")
+
+
 def _item(value: Any) -> Any:
-    # #17: function_call / function_call_output items map to tool calls and results here.
     if isinstance(value, dict) and isinstance(value.get("type"), str) and (
-            value["type"] != "message"):
+            value["type"] not in _ITEMS):
         raise PydanticCustomError(
-            "unsupported_value", "input items of type '{kind}' are not supported yet: this "
-            "server reads message items only", {"kind": value["type"]})
+            "unsupported_value", "input items of type '{kind}' are not supported: this "
+            "server reads message, function_call and function_call_output items",
+            {"kind": value["type"]})
     return value
+
+
+def _kind(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return kind if kind in _ITEMS else "message"
 
 
 class InputMessage(_Body):
@@ -146,14 +167,33 @@ class InputMessage(_Body):
                 "content": [{"type": "input_text", "text": self.text}]}
 
 
+_STATUS_SCHEMA = {"enum": ["in_progress", "completed", "incomplete", None]}
+_CALL_SCHEMA = {"type": "object", "required": ["type", "call_id", "name", "arguments"],
+                "additionalProperties": False, "properties": {
+                    "type": {"const": "function_call"}, "call_id": {"type": "string"},
+                    "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                    "arguments": {"type": "string"}, "id": {"type": ["string", "null"]},
+                    "status": _STATUS_SCHEMA}}
+_CALL_OUTPUT_SCHEMA = {"type": "object", "required": ["type", "call_id", "output"],
+                       "additionalProperties": False, "properties": {
+                           "type": {"const": "function_call_output"},
+                           "call_id": {"type": "string"}, "output": _CONTENT_SCHEMA,
+                           "id": {"type": ["string", "null"]}, "status": _STATUS_SCHEMA}}
 _INPUT_SCHEMA = {"anyOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": {
-    "type": "object", "required": ["role", "content"], "additionalProperties": False,
-    "properties": {"type": {"const": "message"},
-                   "role": {"enum": ["user", "assistant", "system", "developer"]},
-                   "content": _CONTENT_SCHEMA, "id": {"type": ["string", "null"]},
-                   "status": {"enum": ["in_progress", "completed", "incomplete", None]},
-                   "phase": {"enum": ["commentary", "final_answer", None]}}}}],
-                 "description": "A string (one user message) or a list of message items."}
+    "anyOf": [{
+        "type": "object", "required": ["role", "content"], "additionalProperties": False,
+        "properties": {"type": {"const": "message"},
+                       "role": {"enum": ["user", "assistant", "system", "developer"]},
+                       "content": _CONTENT_SCHEMA, "id": {"type": ["string", "null"]},
+                       "status": _STATUS_SCHEMA,
+                       "phase": {"enum": ["commentary", "final_answer", None]}}},
+        _CALL_SCHEMA, _CALL_OUTPUT_SCHEMA]}}],
+                 "description": "A string (one user message) or a list of items: messages, "
+                                "function_call and function_call_output."}
+InputItem = Annotated[Annotated[InputMessage, Tag("message")]
+                      | Annotated[FunctionCallItem, Tag("function_call")]
+                      | Annotated[FunctionCallOutputItem, Tag("function_call_output")],
+                      Discriminator(_kind)]
 
 
 def _input(value: Any) -> Any:
@@ -216,9 +256,9 @@ class ResponsesRequest(_Body):
 
     model: str | None = Field(default=None, description="A model id from /v1/models; "
                               "absent means the server's model.")
-    input: Annotated[list[Annotated[InputMessage, BeforeValidator(_item)]],
+    input: Annotated[list[Annotated[InputItem, BeforeValidator(_item)]],
                      BeforeValidator(_input), WithJsonSchema(_INPUT_SCHEMA)] = Field(
-        min_length=1, description="A string (one user message) or a list of message items.")
+        min_length=1, description="A string (one user message) or a list of items.")
     instructions: Annotated[str | None, BeforeValidator(_text)] = Field(
         default=None, description="A system message in front of the input (not carried "
                                   "on by previous_response_id).")
@@ -244,12 +284,16 @@ class ResponsesRequest(_Body):
                                                    '"disabled": a prompt that does not fit is '
                                                    "a 400.")
     text: TextConfig | None = None
-    parallel_tool_calls: bool | None = Field(default=None, description="Echoed (no tools).")
-    # #17: map tools / tool_choice to the core's Tool and ToolChoice here.
-    tools: Annotated[Refused, _refuse(([],), "tools are not supported yet")] = None
-    tool_choice: Annotated[Refused, _refuse(("auto", "none"),
-                                            "tools are not supported yet")] = None
-    max_tool_calls: Annotated[Refused, _refuse((), "tools are not supported yet")] = None
+    parallel_tool_calls: bool | None = Field(default=None, description="false: at most one "
+                                             "call per answer.")
+    tools: Tools | None = Field(default=None, max_length=128, description="Function tools "
+                                "the model may call (generated under a grammar of their "
+                                "schemas).")
+    tool_choice: ChoiceField = Field(default=None, description='"auto" (absent), "none", '
+                                     '"required" or {"type": "function", "name"}.')
+    max_tool_calls: Annotated[Refused, _refuse((), "max_tool_calls is not supported: use "
+                                               "parallel_tool_calls false for one call")
+                              ] = None
     include: Annotated[Refused, _refuse(([],), "include is not supported yet: this server "
                                         "produces message text only")] = None
     reasoning: Annotated[Refused, BeforeValidator(_no_reasoning)] = None
@@ -269,6 +313,7 @@ class ResponsesRequest(_Body):
         if self.background and self.store is False:
             raise PydanticCustomError("invalid_value", "background responses need store: "
                                       "true", {"param": "background"})
+        check_tools(self.tools, self.tool_choice)
         return self
 
     @property
@@ -281,8 +326,15 @@ class ResponsesRequest(_Body):
         return None if fmt is None else fmt.to_format()
 
     def turns(self) -> tuple[Message, ...]:
-        """This request's input as messages (without the instructions)."""
-        return tuple(item.to_message() for item in self.input)
+        """This request's input as messages (without the instructions): function_call
+        items join the assistant turn before them, outputs are `tool` turns."""
+        messages: list[Message] = []
+        for item in self.input:
+            if isinstance(item, FunctionCallItem):
+                with_calls(messages, item.call())
+            else:
+                messages.append(item.to_message())
+        return tuple(messages)
 
     def to_request(self, history: tuple[Message, ...] = ()) -> GenerationRequest:
         """`history` (a previous response's conversation) comes before this input."""
@@ -297,4 +349,7 @@ class ResponsesRequest(_Body):
             given=given(self, ("temperature", "top_p", "seed")),
         )
         return GenerationRequest(messages=messages, params=params, model=self.model,
-                                 format=self.format)
+                                 format=self.format,
+                                 tools=tuple(t.to_tool() for t in self.tools or ()),
+                                 tool_choice=tool_choice_of(self.tool_choice,
+                                                            self.parallel_tool_calls))

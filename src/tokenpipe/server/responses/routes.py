@@ -21,16 +21,18 @@ from starlette.requests import ClientDisconnect
 
 from ...config import responses_db_path
 from ...errors import TokenpipeError
-from ...protocol.openai.errors import OpenAIError, validation_error
+from ...protocol.openai.errors import OpenAIError
 from ...protocol.openai.responses import ErrorResponse
 from ...protocol.openai.schema import inline_schema
-from ...protocol.responses.errors import bad, not_found
+from ...protocol.responses.errors import bad, not_found, request_error
 from ...protocol.responses.events import OPENING, last_number
 from ...protocol.responses.objects import ResponseShape, input_items
 from ...protocol.responses.requests import ResponsesRequest
-from ...types import Message
+from ...protocol.responses.tools import check_outputs
 from ..runtime import Runtime
-from .runs import Pending, ResponsesState, Run, replay
+from .item_runs import ItemsRun, replay_items
+from .items_response import ItemsResponse
+from .runs import Pending, ResponsesState, Run, message_of, replay, turn
 from .session_response import EventsResponse, SessionResponse, error_response, once
 from .store import ResponseStore
 
@@ -96,21 +98,25 @@ async def create_response(request: Request) -> Response:
     try:
         body = ResponsesRequest.model_validate(await _json(request))
         conversation = await _previous(state, body.previous_response_id)
-        history = tuple(_message(role, text) for role, text in conversation)
-        session = await runtime.models.start(body.to_request(history),
-                                             resumable=bool(body.background))
+        history = tuple(message_of(entry) for entry in conversation)
+        generation = body.to_request(history)
+        unanswered = check_outputs(generation.messages or ())
+        if unanswered is not None:
+            raise bad(f"No tool call found for function call output with call_id "
+                      f"{unanswered}.", "input")
+        session = await runtime.models.start(generation, resumable=bool(body.background))
     except ClientDisconnect:
         return Response(status_code=400)  # nobody is left to read it
     except ValidationError as exc:
-        return error_response(validation_error(exc.errors()))
+        return error_response(request_error(exc.errors()))
     except TokenpipeError as exc:
         return error_response(exc)
     shape = ResponseShape.new(body, session.model)
     pending = Pending(input_items(body),
-                      [*conversation, *([m.role, m.content] for m in body.turns())])
+                      [*conversation, *(turn(m) for m in body.turns())])
     ping_s = runtime.settings.sse_ping_interval_s or None
     if body.background:
-        run = Run(session, shape, pending, state.store)
+        run = (ItemsRun if body.tools else Run)(session, shape, pending, state.store)
         state.launch(run)
         if body.stream:
             return EventsResponse(run.follow(-1, ping_s))
@@ -119,8 +125,9 @@ async def create_response(request: Request) -> Response:
     async def keep(final: dict[str, Any], text: str) -> None:
         await state.store.put(pending.stored(final, text))
 
-    return SessionResponse(session, shape, stream=bool(body.stream),
-                           keep=keep if body.stored else None, ping_s=ping_s or 0)
+    answer = ItemsResponse if body.tools else SessionResponse  # output items, or one text
+    return answer(session, shape, stream=bool(body.stream),
+                  keep=keep if body.stored else None, ping_s=ping_s or 0)
 
 
 @router.get("/{response_id}", responses={200: {
@@ -139,7 +146,10 @@ async def get_response(response_id: str, request: Request) -> Response:
         if run is not None and not run.deleted:
             if not stream:
                 return JSONResponse(run.snapshot())
-            _check_after(after, run)
+            if isinstance(run, ItemsRun):
+                run.check_after(after)
+            else:
+                _check_after(after, run)
             return EventsResponse(run.follow(after, _ping(request)))
         row = await state.store.get(response_id)
         if row is None:
@@ -149,11 +159,15 @@ async def get_response(response_id: str, request: Request) -> Response:
         if row.stream is None:
             raise bad("Only background responses can be streamed with GET; this one was "
                       "answered when it was created.", "stream")
-        last = last_number(len(row.stream["deltas"]), row.stream["error"] is not None)
+        if row.stream.get("items"):  # a background response with tools
+            events, last = replay_items(row, after)
+        else:
+            last = last_number(len(row.stream["deltas"]), row.stream["error"] is not None)
+            events = replay(row, after) if after <= last else b""
         if after > last:
             raise bad(f"starting_after {after} is beyond the stream's last event ({last})",
                       "starting_after")
-        return EventsResponse(once(replay(row, after)))
+        return EventsResponse(once(events))
     except TokenpipeError as exc:
         return error_response(exc)
 
@@ -263,12 +277,6 @@ async def _previous(state: ResponsesState, response_id: str | None) -> list[list
                   f"{row.response.get('status')}: only an answered one can be continued.",
                   "previous_response_id")
     return row.conversation
-
-
-def _message(role: str, text: str) -> Message:
-    if role not in ("system", "user", "assistant"):
-        raise ValueError(f"a stored conversation holds role {role!r}")
-    return Message(role, text)  # type: ignore[arg-type]  # checked above
 
 
 def _check_after(after: int, run: Run) -> None:

@@ -40,7 +40,7 @@ class Stored:
     created_at: float
     response: dict[str, Any]
     input_items: list[dict[str, Any]]
-    conversation: list[list[str]]
+    conversation: list[list[Any]]  # runs.turn(): [role, text] and, with tools, a third
     stream: dict[str, Any] | None = None
 
 

@@ -13,6 +13,7 @@ from tokenpipe.protocol.anthropic.requests import CountTokensRequest, MessagesRe
 from tokenpipe.types import (
     GenerationRequest,
     Message,
+    OutputFormat,
     SamplingParams,
     Tool,
     ToolCall,
@@ -158,8 +159,10 @@ def test_neutral_and_ignored_fields_pass() -> None:
     ({"tool_choice": {"type": "sometimes"}}, "tool_choice.type: Input should be"),
     ({"thinking": {"type": "enabled", "budget_tokens": 0}}, "thinking.budget_tokens: Input"),
     ({"thinking": {"type": "on"}}, "thinking.type: Input should be"),
-    ({"output_config": {"format": {"type": "json_schema", "schema": {}}}},
-     "output_config: output_config (structured output formats, effort) is not supported"),
+    ({"output_config": {"effort": "high"}}, "output_config.effort: output_config.effort is "
+                                            "not supported"),
+    ({"output_config": {"format": {"type": "json_object"}}}, "output_config.format.type"),
+    ({"output_config": {"format": {"type": "json_schema"}}}, "output_config.format.schema"),
     ({"container": "c1"}, "container: containers (code execution) are not supported"),
     ({"surprise": 1}, "surprise: Extra inputs are not permitted"),
 ])
@@ -206,6 +209,28 @@ def test_tools_choices_and_thinking_map() -> None:
                             (None, False)):
         got = MessagesRequest.model_validate(body(thinking=thinking)).to_request()
         assert got.split_reasoning is split
+
+
+def test_a_thinking_budget_below_max_tokens_applies_and_output_config_format_maps() -> None:
+    def budget(max_tokens: int, **thinking: Any) -> int | None:
+        got = MessagesRequest.model_validate(body(max_tokens=max_tokens,
+                                                  thinking=thinking)).to_request()
+        return got.reasoning_budget
+
+    assert budget(100, type="enabled", budget_tokens=40) == 40
+    assert budget(100, type="enabled", budget_tokens=100) is None  # max_tokens ends it first
+    assert budget(100, type="enabled") is None
+    assert budget(100, type="adaptive", budget_tokens=40) is None
+    assert budget(100, type="disabled", budget_tokens=40) is None
+    count = CountTokensRequest.model_validate({"messages": USER, "thinking": {
+        "type": "enabled", "budget_tokens": 40}}).to_request()
+    assert count.reasoning_budget is None  # nothing is generated
+    schema = {"type": "object", "properties": {"b": {"type": "string"}, "a": {}}}
+    got = MessagesRequest.model_validate(body(output_config={
+        "format": {"type": "json_schema", "schema": schema}, "effort": None})).to_request()
+    assert got.format == OutputFormat("json_schema", '{"type":"object","properties":'
+                                                     '{"b":{"type":"string"},"a":{}}}')
+    assert MessagesRequest.model_validate(body(output_config={})).to_request().format is None
 
 
 def test_tool_use_and_results_become_calls_and_tool_turns_in_order() -> None:

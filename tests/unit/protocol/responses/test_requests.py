@@ -4,16 +4,25 @@ refusal names the parameter (OpenAI's `input[0].content[1].type`)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
 from tokenpipe.protocol.formats import ResponseFormat
-from tokenpipe.protocol.openai.errors import validation_error
+from tokenpipe.protocol.responses.errors import request_error
 from tokenpipe.protocol.responses.objects import input_items
 from tokenpipe.protocol.responses.requests import ResponsesRequest
-from tokenpipe.types import GenerationRequest, Message, OutputFormat, SamplingParams
+from tokenpipe.types import (
+    GenerationRequest,
+    Message,
+    OutputFormat,
+    SamplingParams,
+    Tool,
+    ToolCall,
+    ToolChoice,
+)
 
 
 def parse(**fields: Any) -> ResponsesRequest:
@@ -24,7 +33,7 @@ def refusal(**fields: Any) -> tuple[str | None, str, str | None]:
     """(param, message, code) of the 400 the request gets."""
     with pytest.raises(ValidationError) as info:
         ResponsesRequest.model_validate({"model": "m", "input": "hi", **fields})
-    err = validation_error(info.value.errors())
+    err = request_error(info.value.errors())
     assert err.status == 400
     return err.param, err.message, err.openai_code
 
@@ -38,7 +47,8 @@ def test_a_string_is_one_user_message_and_sampling_maps() -> None:
     assert not req.stored
     assert req.to_request() == GenerationRequest(
         messages=(Message("system", "be brief"), Message("user", "hi")), model="m",
-        params=SamplingParams(max_tokens=7, temperature=0.5, top_p=0.9, seed=2**63 - 1))
+        params=SamplingParams(max_tokens=7, temperature=0.5, top_p=0.9, seed=2**63 - 1),
+        tool_choice=ToolChoice(parallel=False))
 
 
 def test_defaults_are_openais() -> None:
@@ -87,12 +97,22 @@ def test_text_format_maps_as_chat_response_format_does(fmt: dict[str, Any]) -> N
     ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role", "Input should be"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]},
      "input[0].content[0]", "'input_image' are not supported yet"),
-    ({"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]},
-     "input[0]", "'function_call_output' are not supported yet"),
+    ({"input": [{"type": "reasoning", "summary": []}]},
+     "input[0]", "'reasoning' are not supported"),
+    ({"input": [{"type": "function_call", "call_id": "c", "name": "f"}]},
+     "input[0].arguments", "Missing required parameter"),
+    ({"input": [{"type": "function_call_output", "output": "x"}]},
+     "input[0].call_id", "Missing required parameter"),
     ({"input": []}, "input", "at least 1"),
     ({"input": "\ud800"}, "input", "surrogate"),
-    ({"tools": [{"type": "function", "name": "f"}]}, "tools", "tools are not supported yet"),
-    ({"tool_choice": "required"}, "tool_choice", "not supported yet"),
+    ({"tools": [{"type": "web_search"}]}, "tools[0]", "'web_search' are not supported"),
+    ({"tools": [{"type": "function", "name": "f"}, {"type": "function", "name": "f"}]},
+     "tools", "same name"),
+    ({"tools": [{"type": "function", "name": "bad name"}]}, "tools[0].name", "match"),
+    ({"tool_choice": "required"}, "tool_choice", "needs tools"),
+    ({"tools": [{"type": "function", "name": "f"}],
+      "tool_choice": {"type": "function", "name": "g"}}, "tool_choice", "not among"),
+    ({"max_tool_calls": 2}, "max_tool_calls", "parallel_tool_calls"),
     ({"include": ["reasoning.encrypted_content"]}, "include", "not supported yet"),
     ({"reasoning": {"effort": "low"}}, "reasoning", "not supported yet"),
     ({"truncation": "auto"}, "truncation", "disabled"),
@@ -116,5 +136,43 @@ def test_refusals_name_the_parameter(fields: dict[str, Any], param: str, words: 
 def test_missing_input_is_missing_required_parameter() -> None:
     with pytest.raises(ValidationError) as info:
         ResponsesRequest.model_validate({"model": "m"})
-    err = validation_error(info.value.errors())
+    err = request_error(info.value.errors())
     assert (err.param, err.openai_code) == ("input", "missing_required_parameter")
+
+
+def test_function_tools_choice_and_call_items_map_to_the_core() -> None:
+    params = {"type": "object", "properties": {"city": {"type": "string"}}}
+    req = parse(tools=[{"type": "function", "name": "get_weather", "description": "d",
+                        "parameters": params, "strict": True},
+                       {"type": "function", "name": "noop"}],
+                tool_choice={"type": "function", "name": "get_weather"},
+                parallel_tool_calls=False, input=[
+        {"role": "user", "content": "weather?"},
+        {"type": "message", "role": "assistant", "content": "Let me look."},
+        {"type": "function_call", "id": "fc_1", "call_id": "call_a", "name": "get_weather",
+         "arguments": '{"city": "Paris"}', "status": "completed"},
+        {"type": "function_call", "call_id": "call_b", "name": "noop", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_a", "output": '{"t": 21}'},
+        {"type": "function_call_output", "call_id": "call_b",
+         "output": [{"type": "input_text", "text": "done"}]},
+        {"type": "function_call", "call_id": "call_c", "name": "noop", "arguments": "{}"}])
+    core = req.to_request()
+    assert core.tools == (Tool("get_weather", "d", json.dumps(params, separators=(",", ":"))),
+                          Tool("noop", None, '{"type":"object","properties":{}}'))
+    assert core.tool_choice == ToolChoice("function", "get_weather", parallel=False)
+    assert core.messages == (
+        Message("user", "weather?"),
+        Message("assistant", "Let me look.", (
+            ToolCall("call_a", "get_weather", '{"city": "Paris"}'),
+            ToolCall("call_b", "noop", "{}"))),
+        Message("tool", '{"t": 21}', tool_call_id="call_a"),
+        Message("tool", "done", tool_call_id="call_b"),
+        Message("assistant", "", (ToolCall("call_c", "noop", "{}"),)))
+    items = input_items(req)
+    assert [i["type"] for i in items] == ["message", "message", "function_call",
+                                          "function_call", "function_call_output",
+                                          "function_call_output", "function_call"]
+    assert items[2]["id"] == "fc_1" and items[3]["id"].startswith("fc_")
+    assert items[5]["output"] == "done"
+    assert parse(tools=[{"type": "function", "name": "f"}]).to_request().tool_choice == (
+        ToolChoice())
