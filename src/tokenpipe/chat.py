@@ -2,6 +2,9 @@
 
 Ctrl-C while an answer streams stops that answer (a `cancel` frame) and keeps the chat;
 Ctrl-C or Ctrl-D at the prompt leaves. /new starts over, /system TEXT sets the system prompt.
+--reasoning shows a thinking section apart (`think> `), --tools FILE offers functions and
+shows each call (`call> `), --json-schema FILE holds the answers to a schema, --logprobs N
+prints each answer token's log-probability (and N alternatives) after it.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import signal
 import sys
 from typing import TYPE_CHECKING, Any
@@ -25,13 +29,54 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--temperature", type=float)
     p.add_argument("--max-tokens", type=int)
     p.add_argument("--seed", type=int)
+    p.add_argument("--reasoning", action="store_true",
+                   help="show a thinking section apart from the answer")
+    p.add_argument("--tools", metavar="FILE", help="a JSON list of OpenAI function tools")
+    p.add_argument("--tool-choice", default=None, help="auto, none, required or a name")
+    p.add_argument("--json-schema", metavar="FILE",
+                   help="a JSON Schema every answer follows ('{}': any JSON object)")
+    p.add_argument("--logprobs", type=int, metavar="N",
+                   help="print each token's log-probability and its N likeliest others")
     p.set_defaults(run=run)
 
 
+def _params(args: argparse.Namespace) -> dict[str, Any]:
+    """tokenpipe.v1 params from the flags; ValueError for a file that cannot be used."""
+    params: dict[str, Any] = {k: v for k, v in (
+        ("temperature", args.temperature), ("max_tokens", args.max_tokens),
+        ("seed", args.seed)) if v is not None}
+    if args.reasoning:
+        params["reasoning_format"] = "auto"
+    if args.tools:
+        params["tools"] = _json_file(args.tools)
+        if args.tool_choice in ("auto", "none", "required"):
+            params["tool_choice"] = args.tool_choice
+        elif args.tool_choice:
+            params["tool_choice"] = {"type": "function", "function": {"name": args.tool_choice}}
+    if args.json_schema:
+        schema = _json_file(args.json_schema)
+        params["response_format"] = (
+            {"type": "json_object"} if schema == {} else
+            {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}})
+    if args.logprobs is not None:
+        params["logprobs"], params["top_logprobs"] = True, args.logprobs
+    return params
+
+
+def _json_file(path: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
-    params = {k: v for k, v in (("temperature", args.temperature),
-                                ("max_tokens", args.max_tokens), ("seed", args.seed))
-              if v is not None}
+    try:
+        params = _params(args)
+    except ValueError as exc:
+        print(f"tokenpipe chat: error: {exc}", file=sys.stderr)
+        return 2
     with asyncio.Runner() as runner:
         try:
             client = runner.run(_connect(args.url, args.api_key))
@@ -94,10 +139,16 @@ async def _answer(client: Client, messages: list[dict[str, str]],
     gen: Generation = await client.generate(messages=messages, params=params)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, lambda: asyncio.ensure_future(gen.cancel()))
-    print("bot> ", end="", flush=True)
+    channel: str | None = None
     try:
-        async for text in gen:
-            print(text, end="", flush=True)
+        async for part in gen.parts():
+            now = part.get("channel", "content")
+            if now != channel or "call_id" in part:  # a new section: its own line
+                label = {"reasoning": "think> ", "tool_call": "call> "}.get(now, "bot> ")
+                name = f"{part['name']} " if "call_id" in part else ""
+                print(("" if channel is None else "\n") + label + name, end="", flush=True)
+                channel = now
+            print(part["text"], end="", flush=True)
     except ServerError as exc:
         print(f"\n[{exc.code}] {exc.message}", file=sys.stderr)
         return None
@@ -112,5 +163,15 @@ async def _answer(client: Client, messages: list[dict[str, str]],
         print(f"\n  ({end['usage']['completion_tokens']} tokens, "
               f"first token {timing['ttft_ms']:.0f} ms, {timing['tokens_per_s']:.1f} tok/s)",
               end="")
+    if gen.logprobs:
+        print("\n  logprobs: " + ", ".join(_scored(e) for e in gen.logprobs), end="")
     print()
     return gen.text
+
+
+def _scored(entry: dict[str, Any]) -> str:
+    """'token' -0.12 [or 'other' -1.5, ...]"""
+    others = [f"{t['token']!r} {t['logprob']:.2f}" for t in entry.get("top_logprobs", ())
+              if t["token"] != entry["token"]]
+    alternatives = f" [or {', '.join(others)}]" if others else ""
+    return f"{entry['token']!r} {entry['logprob']:.2f}{alternatives}"

@@ -84,13 +84,19 @@ class Generation:
         return self._texts()
 
     async def _texts(self) -> AsyncIterator[str]:
+        async for frame in self.parts():
+            if frame.get("channel", "content") == "content":
+                yield frame["text"]
+
+    async def parts(self) -> AsyncIterator[dict[str, Any]]:
+        """Every delta frame as it comes, of every channel (content, and with the params
+        that ask for them reasoning and tool_call), until the end."""
         while self.end is None and self.error is None:
             frame = await self.frames.get()
             kind = frame["type"]
             if kind == "delta":
                 self.deltas.append(frame)
-                if frame.get("channel", "content") == "content":
-                    yield frame["text"]
+                yield frame
             elif kind == "start":
                 self.start = frame
             elif kind == "queued":
