@@ -38,8 +38,9 @@ say "installing tokenpipe[$extras] (the first llama-cpp-python build takes ~5 mi
 # and rebuild from source if that fails.
 if ! .venv/bin/python scripts/llama_smoke.py >/dev/null 2>&1; then
   say "the installed llama-cpp-python does not run on this CPU: rebuilding it (~5 minutes)"
+  # built from source into pip's cache, so later installs (the wheel test's venvs) reuse it
   .venv/bin/python -m pip cache remove llama_cpp_python >/dev/null 2>&1 || true
-  "${PIP[@]}" --force-reinstall --no-deps --no-cache-dir "llama-cpp-python==$(
+  "${PIP[@]}" --force-reinstall --no-deps --no-binary llama-cpp-python "llama-cpp-python==$(
     .venv/bin/python -c "import importlib.metadata as m; print(m.version('llama-cpp-python'))")"
   .venv/bin/python scripts/llama_smoke.py
 fi

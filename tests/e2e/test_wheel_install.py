@@ -39,6 +39,14 @@ def clean_env(path: str, **extra: str) -> dict[str, str]:
     return {**env, "PATH": path, **extra}
 
 
+def native_flags() -> dict[str, str]:
+    """CFLAGS/CXXFLAGS that keep a llama-cpp-python compile runnable on this CPU
+    (scripts/cpu-flags.sh, as setup.sh uses them), for an install that has to compile it."""
+    fixes = subprocess.run(["bash", "-c", f"source {ROOT}/scripts/cpu-flags.sh; native_fixes"],
+                           capture_output=True, text=True, timeout=30).stdout.strip()
+    return {k: f"{os.environ.get(k, '')} {fixes}".strip() for k in ("CFLAGS", "CXXFLAGS")}
+
+
 def build_env(path: str, **extra: str) -> dict[str, str]:
     """For `python -m build`: PYTHONPATH stays (where `build` itself may come from); the
     backend reads only the tree it builds."""
@@ -87,7 +95,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
     run([sys.executable, "-m", "venv", str(where)], timeout=120)
     run([str(where / "bin" / "python"), "-m", "pip", "install", "-q",
          "--disable-pip-version-check", f"{wheel}[llamacpp]"], timeout=900,
-        env=clean_env(os.environ["PATH"]))
+        env=clean_env(os.environ["PATH"], **native_flags()))
     return where
 
 
@@ -174,7 +182,7 @@ def test_uv_tool_install_serves_the_page_without_node(
     run([uv, "tool", "install", "--python", str(venv / "bin" / "python"), *links,
          f"{wheel}[llamacpp]"], timeout=900,
         env=clean_env(os.environ["PATH"], UV_TOOL_DIR=str(tools), UV_TOOL_BIN_DIR=str(bins),
-                      UV_NATIVE_TLS="1"))
+                      UV_NATIVE_TLS="1", **native_flags()))
     with running(InstalledServer([str(bins / "tokenpipe")], no_node, tmp_path)) as server:
         assert_serves_ui_and_streams(server)
 
