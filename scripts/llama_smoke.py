@@ -17,10 +17,14 @@ ctx = lc.llama_init_from_model(model, params)
 assert ctx, "no context"
 # a prompt-sized batch, then one token: batched and single-row matmul kernels both run
 # (a build with kernels this CPU cannot run died only on the batch)
+# the token arrays are named: a batch holds only a pointer to them (an inline array was
+# freed before llama_decode read it, and the smoke failed at random: "invalid token")
 tokens = [(7 + 13 * i) % 1000 + 1 for i in range(128)]
-batch = lc.llama_batch_get_one((lc.llama_token * len(tokens))(*tokens), len(tokens))
+ids = (lc.llama_token * len(tokens))(*tokens)
+batch = lc.llama_batch_get_one(ids, len(tokens))
 assert lc.llama_decode(ctx, batch) == 0, "llama_decode of a batch failed"
-batch = lc.llama_batch_get_one((lc.llama_token * 1)(5), 1)
+one = (lc.llama_token * 1)(5)
+batch = lc.llama_batch_get_one(one, 1)
 assert lc.llama_decode(ctx, batch) == 0, "llama_decode of one token failed"
 lc.llama_free(ctx)
 lc.llama_model_free(model)
