@@ -444,7 +444,7 @@ async def test_slow_idle_and_endless_requests_are_closed() -> None:
         async def kept_alive() -> tuple[int | None, float]:
             reader, writer = await connect(s, "127.0.0.5")
             writer.write(get("/health", "127.0.0.1"))
-            await reader.readuntil(b'"models":["fake"]}')
+            await reader.readuntil(b'"states":{"fake":"loaded"}}')
             t0 = time.monotonic()
             rest = await asyncio.wait_for(reader.read(), 10)  # EOF: closed by the server
             writer.close()
