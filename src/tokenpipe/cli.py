@@ -42,6 +42,10 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                    help="llamacpp: exact (default: greedy answers depend on the request "
                         "alone), serial (exact for every weight type, slow) or fast "
                         "(llama.cpp's defaults); see docs/determinism.md")
+    p.add_argument("--kv-cache", choices=["shared", "split"],
+                   help="llamacpp: shared (default: one pool of --ctx-size cells, so one "
+                        "conversation may use all of it) or split (--ctx-size / --parallel "
+                        "a sequence); see docs/configuration.md")
     p.add_argument("--device", help="transformers engine: cpu, cuda or auto")
     p.add_argument("--fake-pace-ms", type=float,
                    help="fake engine: one token every N ms per stream (0: one per loop turn)")

@@ -45,6 +45,7 @@ class Settings:
     parallel: int = 8
     threads: int | None = None
     determinism: str = "exact"  # llamacpp: exact, serial or fast (docs/determinism.md)
+    kv_cache: str = "shared"  # llamacpp: shared or split (docs/configuration.md)
     device: str | None = None
     fake_pace_ms: float = 0.0
     upstream: str | None = None  # openai engine: base URL(s), comma-separated replicas
@@ -150,6 +151,7 @@ class Settings:
             parallel=self.parallel,
             threads=self.threads,
             determinism=self.determinism,
+            kv_cache=self.kv_cache,
             pace_ms=self.fake_pace_ms,
             device=self.device,
             upstream=self.upstream,

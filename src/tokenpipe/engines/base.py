@@ -166,6 +166,7 @@ class EngineOptions:
     model_id: str | None = None  # the name clients use; default derived from the model
     context_size: int = 8192  # total context, shared by `parallel` sequences
     parallel: int = 8  # sequences decoded together
+    kv_cache: str = "shared"  # llamacpp: shared (one pool) or split (context / parallel each)
     threads: int | None = None
     determinism: str = "exact"  # llamacpp: exact, serial or fast (docs/determinism.md)
     pace_ms: float = 0.0  # fake engine only

@@ -12,6 +12,8 @@ from ...errors import EngineError
 from ..base import EngineOptions
 from . import exact, threadpool
 
+KV_CACHES = ("shared", "split")
+
 
 @dataclass
 class Context:
@@ -20,7 +22,8 @@ class Context:
     batch: Any
     batch_cap: int  # tokens one llama_decode may hold
     threads: int
-    context_tokens: int  # per sequence
+    context_tokens: int  # what one sequence may use: all of it when the cache is shared
+    shared: bool  # llama.cpp's unified KV cache: one pool of cells for every sequence
     _pool: Any
 
     @classmethod
@@ -34,14 +37,19 @@ class Context:
         cparams.n_seq_max = parallel
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
-        cparams.kv_unified = False  # one KV stream per sequence: slots copy whole streams
+        # shared: one pool of n_ctx cells, a sequence takes what it needs (slots.py counts
+        # it); split: a fixed stream of n_ctx / parallel cells per sequence
+        if options.kv_cache not in KV_CACHES:
+            raise EngineError(f"kv_cache must be one of {', '.join(KV_CACHES)}, "
+                              f"not {options.kv_cache!r}")
+        cparams.kv_unified = options.kv_cache == "shared"
         cparams.no_perf = True
         exact.context_params(options.determinism, cparams)  # determinism: the KV cache
         ctx = lc.llama_init_from_model(model, cparams)
         if not ctx:
             raise EngineError("llama.cpp could not create a context")
         return cls(ctx, lc.llama_get_memory(ctx), lc.llama_batch_init(cparams.n_batch, 0, 1),
-                   cparams.n_batch, threads, lc.llama_n_ctx_seq(ctx),
+                   cparams.n_batch, threads, lc.llama_n_ctx_seq(ctx), cparams.kv_unified,
                    threadpool.attach(ctx, threads))
 
     def close(self) -> None:

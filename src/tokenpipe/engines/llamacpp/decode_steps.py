@@ -22,9 +22,11 @@ def time_decode_steps(engine: LlamaCppEngine, sizes: Sequence[int], *, rounds: i
     try:
         ctx, batch, vocab = engine._ctx, engine._batch, engine._vocab.n_tokens
         need = prompt_tokens + steps + 1
-        if need > engine.info.context_tokens:
+        # every sequence holds its cells at once: a shared cache's share of each
+        room = engine.options.context_size // engine.parallel
+        if need > room:
             raise EngineError(f"{need} tokens a sequence do not fit the context "
-                              f"({engine.info.context_tokens}): raise context_size")
+                              f"({room} a sequence): raise context_size")
 
         def decode(items: Sequence[tuple[int, int, int, bool]]) -> None:
             for i, (token, pos, seq, logits) in enumerate(items):

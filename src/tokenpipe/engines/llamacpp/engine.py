@@ -78,8 +78,9 @@ class LlamaCppEngine(Engine):
                               f"not {options.determinism!r}")
         self.determinism = options.determinism
         self.rows_exact: bool | None = None  # the load-time check's verdict (None: not run)
-        self.info = EngineInfo("llamacpp", model_id, options.context_size // self.parallel,
-                               self.parallel)
+        per_sequence = options.context_size if options.kv_cache == "shared" else (
+            options.context_size // self.parallel)
+        self.info = EngineInfo("llamacpp", model_id, per_sequence, self.parallel)
         self._inbox: queue.SimpleQueue[Seq] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._stop = False
@@ -122,8 +123,10 @@ class LlamaCppEngine(Engine):
         self._guides = build_in_background(
             lambda: Guides.for_llamacpp(vocab.handle, vocab.n_tokens), "llamacpp-guides")
         self._new_context()
-        log.info("loaded %s: context %d per sequence x %d, %d threads", path.name,
-                 self.info.context_tokens, self.parallel, self._threads)
+        log.info("loaded %s: context %d %s, %d sequences, %d threads", path.name,
+                 self.options.context_size,
+                 "shared" if self._context is not None and self._context.shared else
+                 f"split ({self.info.context_tokens} a sequence)", self.parallel, self._threads)
 
     def _new_context(self) -> None:
         """A fresh context, batch and thread pool for the loaded model (at load, and when the
@@ -134,7 +137,7 @@ class LlamaCppEngine(Engine):
         self._threads, self._batch_cap = c.threads, c.batch_cap
         self.info = EngineInfo("llamacpp", self.info.model_id, c.context_tokens,
                                self.parallel)
-        self._slots.reset(self._mem)
+        self._slots.reset(self._mem, c.context_tokens if c.shared else None)
         self.rows_exact = exact.check(self.determinism, c, self._vocab.n_tokens, self.parallel)
 
     def check_output(self, request: GenerationRequest) -> None:
@@ -236,7 +239,8 @@ class LlamaCppEngine(Engine):
             self._drop_cancelled(waiting, active)
             while waiting and self._slots.free:
                 seq = waiting[0]
-                self._assign(seq, active)
+                if not self._assign(seq, active):
+                    break  # the shared cache has no room for it until one ends
                 waiting.popleft()
                 active.append(seq)
             if not active:
@@ -284,14 +288,16 @@ class LlamaCppEngine(Engine):
             if seq.donor is not None and seq.donor not in active:
                 seq.donor, seq.share = None, 0
 
-    def _assign(self, seq: Seq, active: list[Seq]) -> None:
-        self._slots.assign(seq, active)
+    def _assign(self, seq: Seq, active: list[Seq]) -> bool:
+        if not self._slots.assign(seq, active):
+            return False
         request = seq.prepared.request
         seq.sampler = make_sampler(request.params, self._vocab.n_tokens,
                                    seq.prompt, self.info.context_tokens)
         grammar = grammar_for(request, inside=opens_thinking(seq.prepared))
         if grammar is not None:  # checked in prepare(): compiled and cached
             seq.guide = self._guides.result().start(grammar[0])
+        return True
 
     def _release(self, seq: Seq) -> None:
         self._slots.release(seq)

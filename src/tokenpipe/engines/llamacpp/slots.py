@@ -2,7 +2,13 @@
 ends, so the next request whose prompt shares a prefix with a slot's cache (the next turn
 of a chat, the same system prompt) skips that prefix; a prompt that shares a clearly
 longer prefix with a running sequence (or the very same prompt: the choices of a request
-with `n`) copies that sequence's cells instead."""
+with `n`) copies that sequence's cells instead.
+
+With the shared KV cache (llama.cpp's unified cache, the default) every slot's cells come
+from one pool of `capacity` cells: a sequence starts only when its prompt plus max_tokens
+fit beside what the running ones may still grow to, emptying the caches of free slots
+(least recently used first) to make room; otherwise it waits for one to end. With the split
+cache each slot has a fixed stream of its own and nothing is counted."""
 
 from __future__ import annotations
 
@@ -53,16 +59,22 @@ class Slots:
         self.parallel = parallel
         self.reused_tokens = 0  # prompt tokens found in a slot's cache, not decoded
         self.shared_tokens = 0  # prompt tokens copied from another sequence
-        self.reset(None)
+        self.evicted_tokens = 0  # cached cells emptied to make room in the shared cache
+        self.reset(None, None)
 
-    def reset(self, mem: Any) -> None:
-        """Empty slots over a fresh context's memory (the counters carry on)."""
+    def reset(self, mem: Any, capacity: int | None) -> None:
+        """Empty slots over a fresh context's memory (the counters carry on); capacity is
+        the shared cache's cells, None for split streams."""
         self._mem = mem
+        self.capacity = capacity
         self.cached: list[list[int]] = [[] for _ in range(self.parallel)]
         self.free: list[int] = list(range(self.parallel))
+        self._released = [0] * self.parallel  # when each slot was last released
+        self._clock = 0
 
-    def assign(self, seq: Seq, active: list[Seq]) -> None:
-        """Gives seq the free slot whose cache shares the longest prefix with its prompt.
+    def assign(self, seq: Seq, active: list[Seq]) -> bool:
+        """Gives seq the free slot whose cache shares the longest prefix with its prompt, or
+        says False (and changes nothing for seq) when it does not fit the shared cache yet.
 
         If a running sequence holds (or is about to hold) a clearly longer prefix, seq waits
         for it and copies those cells instead of computing them again: one shared system
@@ -72,6 +84,8 @@ class Slots:
             common = _common_prefix(self.cached[slot], seq.prompt)
             if common > best_common:
                 best, best_common = slot, common
+        if not self._room(seq, best, active):
+            return False
         self.free.remove(best)
         limit = len(seq.prompt) - 1  # the last prompt token must be decoded for its logits
         common = min(best_common, limit)
@@ -90,6 +104,28 @@ class Slots:
                 donor, share = other, shared
         if donor is not None:
             seq.donor, seq.share = donor, share
+        return True
+
+    def _room(self, seq: Seq, slot: int, active: list[Seq]) -> bool:
+        """The shared cache holds seq's prompt and answer in `slot` beside every running
+        sequence's prompt and answer (counted whole: cells shared between sequences are
+        counted for each, so this never undercounts) and the other free slots' caches,
+        once the least recently used of those are emptied as needed."""
+        if self.capacity is None:
+            return True
+        committed = sum(len(other.prompt) + other.max_tokens for other in active)
+        need = committed + len(seq.prompt) + seq.max_tokens
+        idle = sorted((s for s in self.free if s != slot and self.cached[s]),
+                      key=lambda s: self._released[s])
+        held = sum(len(self.cached[s]) for s in idle)
+        if need > self.capacity:
+            return False  # the running ones' answers may still need the cells: wait
+        while idle and need + held > self.capacity:
+            victim = idle.pop(0)
+            held -= len(self.cached[victim])
+            self.evicted_tokens += len(self.cached[victim])
+            self.drop(victim)
+        return True
 
     def take_from_donor(self, seq: Seq) -> None:
         """Copies the donor's cells (a whole-stream copy: the only kind llama.cpp does
@@ -109,6 +145,8 @@ class Slots:
         """The slot is free again; its cells stay for the next prompt that shares them."""
         if seq.slot >= 0:
             self.free.append(seq.slot)
+            self._clock += 1
+            self._released[seq.slot] = self._clock
             seq.slot = -1
 
     def drop(self, slot: int) -> None:
