@@ -127,7 +127,7 @@ def test_the_sse_bench_loads_neither_the_ws_client_nor_pydantic() -> None:
             "main(['bench', '--help'])\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
-    assert done.returncode == 0 and "--api {ws,sse}" in done.stdout, done.stderr
+    assert done.returncode == 0 and "--api {ws,sse,anthropic,responses,ollama}" in done.stdout, done.stderr
     assert done.stdout.splitlines()[-1] == "[]"
 
 
