@@ -88,9 +88,10 @@ class ResponsesParser(_SSEParser):
         elif name in ("response.completed", "response.incomplete"):
             usage = json.loads(data)["response"].get("usage") or {}
             self.result.tokens = usage.get("output_tokens", 0)
-        elif name in ("error", "response.failed"):
-            event = json.loads(data)
-            self._failed(event.get("error") or event["response"].get("error"))
+        elif name == "error":  # the error itself is the event (code, message)
+            self._failed(json.loads(data))
+        elif name == "response.failed":
+            self._failed(json.loads(data)["response"].get("error"))
 
 
 class OllamaParser:
