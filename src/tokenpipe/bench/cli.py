@@ -13,8 +13,8 @@
     tokenpipe bench --tools scripts/bench/tools.json --format-ab
                                                     # tool calls (required) and free text
 
-Tokens are counted from the server's usage; time to first token is measured by the client
-from sending the request to receiving the first non-empty text.
+Tokens are counted from the usage each API reports; time to first token is measured by
+the client from sending the request to receiving the first non-empty text.
 """
 
 from __future__ import annotations
