@@ -5,13 +5,16 @@ loop around them is one (sse_load.py).
 
     sse        POST /v1/chat/completions  SSE: choices[].delta content or tool_calls;
                                           usage.completion_tokens (stream_options)
-    anthropic  POST /v1/messages          SSE: content_block_delta text / input_json;
+    anthropic  POST /v1/messages          SSE: content_block_delta text_delta;
                                           message_delta usage.output_tokens; `error`
     responses  POST /v1/responses         SSE: response.output_text.delta;
                                           response.completed|incomplete usage.output_tokens;
                                           `error`, response.failed
-    ollama     POST /api/chat             NDJSON: message.content or tool_calls; the done
+    ollama     POST /api/chat             NDJSON: message.content; the done
                                           line's eval_count; a line {"error": ...}
+
+Only `sse` takes --json-schema and --tools (OpenAI's shapes), so only its parser counts
+tool calls as text.
 """
 
 from __future__ import annotations
@@ -70,7 +73,7 @@ class MessagesParser(_SSEParser):
     def _event(self, name: str, data: str) -> None:
         if name == "content_block_delta":
             delta = json.loads(data)["delta"]
-            if delta.get("text") or delta.get("partial_json"):  # thinking is not the answer
+            if delta.get("text"):  # a thinking_delta is not the answer, as on Chat's
                 self.result.arrived()
         elif name == "message_delta":
             self.result.tokens = json.loads(data)["usage"]["output_tokens"]
@@ -82,7 +85,7 @@ class ResponsesParser(_SSEParser):
     """The Responses API's semantic events; the terminal one carries the usage."""
 
     def _event(self, name: str, data: str) -> None:
-        if name in ("response.output_text.delta", "response.function_call_arguments.delta"):
+        if name == "response.output_text.delta":
             if json.loads(data).get("delta"):
                 self.result.arrived()
         elif name in ("response.completed", "response.incomplete"):
@@ -113,7 +116,7 @@ class OllamaParser:
                 self.result.error = f"stream error: {json.dumps(obj['error'])[:200]}"
             return
         message = obj.get("message") or {}
-        if message.get("content") or message.get("tool_calls"):
+        if message.get("content"):  # `thinking` is not the answer, as on Chat's
             self.result.arrived()
         if obj.get("done"):
             self.result.tokens = obj.get("eval_count", 0)
@@ -151,12 +154,11 @@ class Api:
     probe: str  # the GET that opens the connection before the clock starts
     body: Callable[[argparse.Namespace, list[dict[str, str]]], Body]
     parser: Callable[[StreamResult], _SSEParser | OllamaParser]
-    formats: bool = False  # takes --json-schema and --tools (OpenAI's shapes)
     model_required: bool = False  # Ollama's: the probe's first listed model when no --model
 
 
 APIS: dict[str, Api] = {
-    "sse": Api("/v1/chat/completions", "/v1/models", _chat, ChatParser, formats=True),
+    "sse": Api("/v1/chat/completions", "/v1/models", _chat, ChatParser),
     "anthropic": Api("/v1/messages", "/v1/models", _messages, MessagesParser),
     "responses": Api("/v1/responses", "/v1/models", _responses, ResponsesParser),
     "ollama": Api("/api/chat", "/api/tags", _ollama, OllamaParser, model_required=True),
