@@ -1,5 +1,6 @@
-"""`tokenpipe bench` against a real server on the fake engine: the load over both APIs,
-and the start line that sends every stream's request in the same loop turn."""
+"""`tokenpipe bench` against a real server on the fake engine: the load over every API
+(tokenpipe.v1 and the HTTP doors), --compare-apis, and the start line that sends every
+stream's request in the same loop turn; on the bundled model, tools and --compare-apis."""
 
 from __future__ import annotations
 
@@ -17,11 +18,13 @@ from tests.conftest import ServerProcess
 from tokenpipe.bench.sse_load import sse_stream
 from tokenpipe.bench.streams import StartLine
 
+NOWHERE = "http://127.0.0.1:9"  # refused before any connection: nothing listens there
 
-@pytest.mark.parametrize("api", ["sse", "ws"])
+
+@pytest.mark.parametrize("api", ["sse", "ws", "anthropic", "responses", "ollama"])
 def test_bench_streams_n_clients_and_prints_the_figures(fake_server: ServerProcess,
                                                          api: str) -> None:
-    url = fake_server.url if api == "sse" else fake_server.ws_url
+    url = fake_server.ws_url if api == "ws" else fake_server.url
     done = subprocess.run(
         [sys.executable, "-m", "tokenpipe", "bench", "--api", api, "--url", url, "-n", "3",
          "--max-tokens", "6", "--prompt", "[[tokens=6]][[pace_ms=2]]", "--rounds", "1",
@@ -31,6 +34,42 @@ def test_bench_streams_n_clients_and_prints_the_figures(fake_server: ServerProce
     found = re.search(r"\((\d+) tokens,", line)
     assert found is not None and int(found.group(1)) == 18, line  # 3 streams x 6 tokens
     assert "server CPU" in done.stdout  # read from the server's /metrics before and after
+
+
+def test_compare_apis_runs_each_in_turn_and_prints_ratios(fake_server: ServerProcess
+                                                          ) -> None:
+    """Every door against one server, A B C D each round; the medians say each one's
+    tok/s against the first's and its first-token time's difference from the first's."""
+    apis = ["sse", "anthropic", "responses", "ollama", "ws"]
+    done = subprocess.run(
+        [sys.executable, "-m", "tokenpipe", "bench", "--compare-apis", ",".join(apis),
+         "--url", fake_server.url, "-n", "2", "--max-tokens", "5",
+         "--prompt", "[[tokens=5]][[pace_ms=2]]", "--rounds", "2", "--warmup", "0"],
+        capture_output=True, text=True, timeout=120, check=True)
+    lines = done.stdout.splitlines()
+    runs = [ln.split()[0] for ln in lines if " n=2 " in ln]
+    assert runs == [f"tokenpipe-{a}" for a in apis] * 2, done.stdout  # in turn, each round
+    assert all("err=0" in ln and "(10 tokens," in ln for ln in lines if " n=2 " in ln)
+    medians = lines[lines.index("medians over rounds:") + 1:]
+    assert [m.split()[0] for m in medians] == [f"tokenpipe-{a}" for a in apis]
+    assert re.search(r"ratio  1\.00x  ttft   \+0\.0 ms$", medians[0]), medians[0]
+    for m in medians[1:]:
+        assert re.search(r"ratio +\d+\.\d\dx  ttft +[-+]\d+\.\d ms$", m), m
+
+
+@pytest.mark.parametrize("flags", [["--compare-apis", "sse"], ["--compare-apis", "sse,grpc"],
+                                   ["--compare-apis", "sse,sse"]])
+def test_compare_apis_refuses_a_list_it_cannot_compare(flags: list[str]) -> None:
+    done = subprocess.run([sys.executable, "-m", "tokenpipe", "bench", "--url", NOWHERE,
+                           *flags], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "two or more different APIs" in done.stderr, done.stderr
+
+
+def test_formats_are_refused_on_the_doors_that_do_not_take_them() -> None:
+    done = subprocess.run([sys.executable, "-m", "tokenpipe", "bench", "--api", "ollama",
+                           "--url", NOWHERE, "--tools", "scripts/bench/tools.json"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "for --api ws and sse only" in done.stderr, done.stderr
 
 
 async def test_start_line_lets_every_stream_go_together() -> None:
@@ -127,7 +166,8 @@ def test_the_sse_bench_loads_neither_the_ws_client_nor_pydantic() -> None:
             "main(['bench', '--help'])\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
-    assert done.returncode == 0 and "--api {ws,sse}" in done.stdout, done.stderr
+    assert done.returncode == 0, done.stderr
+    assert "--api {ws,sse,anthropic,responses,ollama}" in done.stdout
     assert done.stdout.splitlines()[-1] == "[]"
 
 
@@ -149,3 +189,21 @@ def test_bench_tools_runs_calls_beside_free_text_on_the_model(model_server: Serv
     assert set(runs) == {f"tokenpipe-{api}-free", f"tokenpipe-{api}-tools"}, done.stdout
     for run in runs.values():
         assert run["errors"] == 0 and run["tokens"] > 0 and run["ttft_p50_ms"] > 0, run
+
+
+@pytest.mark.model
+def test_compare_apis_on_the_model_counts_the_same_tokens_at_every_door(
+        model_server: ServerProcess) -> None:
+    """Every HTTP door on the real model: the same greedy request, each counted from its
+    own usage (completion_tokens, output_tokens, eval_count), gives the same count."""
+    apis = ["sse", "anthropic", "responses", "ollama"]
+    done = subprocess.run(
+        [sys.executable, "-m", "tokenpipe", "bench", "--compare-apis", ",".join(apis),
+         "--url", model_server.url, "-n", "1", "--max-tokens", "12", "--rounds", "1",
+         "--warmup", "0", "--json"], capture_output=True, text=True, timeout=300, check=True)
+    runs = {r["label"]: r for r in map(json.loads, (
+        ln for ln in done.stdout.splitlines() if ln.startswith("{")))}
+    assert list(runs) == [f"tokenpipe-{a}" for a in apis], done.stdout
+    for run in runs.values():
+        assert run["errors"] == 0 and run["ttft_p50_ms"] > 0 and run["deltas"] > 0, run
+    assert {run["tokens"] for run in runs.values()} == {12}, runs  # the story is longer

@@ -2,6 +2,9 @@
 
     tokenpipe bench --url ws://127.0.0.1:8000/ws -n 8 --max-tokens 128
     tokenpipe bench --api sse --url http://127.0.0.1:8000 -n 1
+    tokenpipe bench --api anthropic --url http://127.0.0.1:8000   # or responses, ollama
+    tokenpipe bench --compare-apis sse,anthropic,responses,ollama --url http://127.0.0.1:8000
+                                                    # every door in turn, A B C D A B C D
     tokenpipe bench --reference llama-cpp-python   # plus the same prompt in-process, A B A B
     tokenpipe bench --compare http://127.0.0.1:8080 # another OpenAI-style server, A B A B
     tokenpipe bench --decode-steps -n 8             # llama.cpp alone: what batching can gain
@@ -10,8 +13,8 @@
     tokenpipe bench --tools scripts/bench/tools.json --format-ab
                                                     # tool calls (required) and free text
 
-Tokens are counted from the server's usage; time to first token is measured by the client
-from sending the request to receiving the first non-empty text.
+Tokens are counted from the usage each API reports; time to first token is measured by
+the client from sending the request to receiving the first non-empty text.
 """
 
 from __future__ import annotations
@@ -23,14 +26,23 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 DEFAULT_PROMPT = "Write a short story about a robot who learns to paint."
+# the HTTP doors (apis.py, not imported here: `tokenpipe serve` builds this parser too)
+HTTP_APIS = ("sse", "anthropic", "responses", "ollama")
+APIS = ("ws", *HTTP_APIS)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("bench", help="measure time to first token and tokens/s",
                        description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--url", default="ws://127.0.0.1:8000/ws",
-                   help="ws://HOST:PORT/ws for --api ws, http://HOST:PORT for --api sse")
-    p.add_argument("--api", choices=["ws", "sse"], default="ws")
+                   help="ws://HOST:PORT/ws for --api ws, http://HOST:PORT for the others")
+    p.add_argument("--api", choices=APIS, default="ws",
+                   help="sse: Chat Completions; anthropic: /v1/messages; responses:\n"
+                        "/v1/responses; ollama: /api/chat; ws: tokenpipe.v1")
+    p.add_argument("--compare-apis", metavar="API,API,...", type=_api_list,
+                   help="these APIs against the one server of --url, in turn each round\n"
+                        "(A B C D A B C D); the medians give each one's tok/s ratio and\n"
+                        "time to first token difference against the first")
     p.add_argument("-n", "--concurrency", type=int, default=1)
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--prompt", default=DEFAULT_PROMPT)
@@ -93,6 +105,14 @@ async def _rounds(args: argparse.Namespace) -> int:
     args.tool_list = _tools(args.tools)
     targets: list[tuple[str, Callable[[], Awaitable[RunResult]]]] = [
         (label, lambda: server_run(label, args.api, args.url, args, messages))]
+    apis = args.compare_apis or [args.api]
+    if (args.response_format is not None or args.tool_list is not None) and any(
+            api not in ("ws", "sse") for api in apis):
+        raise SystemExit("--json-schema and --tools are for --api ws and sse only")
+    if args.compare_apis:
+        if args.format_ab:
+            raise SystemExit("--compare-apis and --format-ab: one comparison at a time")
+        targets = [_api_target(api, args, messages) for api in args.compare_apis]
     if args.format_ab:
         if args.response_format is None and args.tool_list is None:
             raise SystemExit("--format-ab needs --json-schema FILE or --tools FILE")
@@ -124,6 +144,28 @@ async def _rounds(args: argparse.Namespace) -> int:
             print_run(result, args.json)
     print_medians(results)
     return 0
+
+
+def _api_list(text: str) -> list[str]:
+    apis = [a.strip() for a in text.split(",") if a.strip()]
+    unknown = [a for a in apis if a not in APIS]
+    if unknown or len(apis) < 2 or len(set(apis)) != len(apis):
+        raise argparse.ArgumentTypeError(
+            f"two or more different APIs of {', '.join(APIS)}, comma-separated: {text!r}")
+    return apis
+
+
+def _api_target(api: str, args: argparse.Namespace, messages: list[dict[str, str]]
+                ) -> tuple[str, Callable[[], Awaitable[Any]]]:
+    """One API of --compare-apis: its label and its run, on the server of --url."""
+    from .metrics import base_url
+    from .streams import server_run
+
+    url = base_url(args.url)
+    if api == "ws":
+        url = url.replace("http", "ws", 1) + "/ws"
+    label = f"tokenpipe-{api}"
+    return label, lambda: server_run(label, api, url, args, messages)
 
 
 def _response_format(path: str | None) -> dict[str, Any] | None:

@@ -1,4 +1,4 @@
-"""One run: N streams against a server (over WebSocket or SSE, in this process or spread
+"""One run: N streams against a server (over WebSocket or an HTTP door, in this process or spread
 over several), started together, and the server's CPU time read around them."""
 
 from __future__ import annotations
@@ -74,13 +74,17 @@ async def server_run(label: str, api: str, url: str, args: argparse.Namespace,
 
 async def _streams(api: str, url: str, args: argparse.Namespace,
                    messages: list[dict[str, str]], n: int) -> list[StreamResult]:
-    # Imported by API: the SSE load needs neither websockets nor the protocol's models.
-    if api == "ws":
-        from .ws_load import ws_stream as stream
-    else:
-        from .sse_load import sse_stream as stream
+    # Imported by API: the HTTP load needs neither websockets nor the protocol's models.
     line = StartLine(n)
-    return list(await asyncio.gather(*(stream(url, args, messages, line) for _ in range(n))))
+    if api == "ws":
+        from .ws_load import ws_stream
+
+        streams = [ws_stream(url, args, messages, line) for _ in range(n)]
+    else:
+        from .sse_load import http_stream
+
+        streams = [http_stream(api, url, args, messages, line) for _ in range(n)]
+    return list(await asyncio.gather(*streams))
 
 
 def _streams_in_process(api: str, url: str, args: argparse.Namespace,
