@@ -8,6 +8,7 @@ One server with an API key, so the GET is checked against the POST's key rules."
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+import websockets
 
 from tests.conftest import ServerProcess, running
 from tests.e2e.sse_reader import drop_after, events, ids, text_of
@@ -196,3 +198,29 @@ def test_not_opted_in_has_no_token_and_no_ids(http: httpx.Client) -> None:
     whole = http.post("/v1/chat/completions", headers={"X-Resumable": "1"},
                       json={**chat("[[tokens=4]]"), "stream": False})
     assert whole.status_code == 200 and "x-stream-token" not in whole.headers
+
+
+def test_a_v1_resume_without_an_id_calls_it_by_its_chunk_id(server: ServerProcess,
+                                                            http: httpx.Client) -> None:
+    token, seen = drop_after(http, "/v1/chat/completions",
+                             chat("[[tokens=6]]", resumable=True), 2)
+
+    async def resume() -> list[dict[str, Any]]:
+        ws = await websockets.connect(
+            server.ws_url, subprotocols=["tokenpipe.v1"],  # type: ignore[list-item]
+            additional_headers=AUTH)
+        try:
+            assert json.loads(await ws.recv())["type"] == "hello"
+            await ws.send(json.dumps({"type": "resume", "stream": token, "after_seq": 0}))
+            frames: list[dict[str, Any]] = []
+            while not frames or frames[-1]["type"] not in ("end", "error"):
+                frames.append(json.loads(await asyncio.wait_for(ws.recv(), 20)))
+            return frames
+        finally:
+            await ws.close()
+
+    frames = asyncio.run(resume())
+    assert frames[-1]["type"] == "end"
+    assert {f["id"] for f in frames} == {seen[0].json["id"]}
+    seqs = [f["seq"] for f in frames if f["type"] == "delta"]
+    assert seqs == list(range(1, 1 + len(seqs))) and seqs  # after_seq 0: from seq 1
