@@ -8,6 +8,7 @@ The gateway's own behaviour (grace expiry, take-over, refusals): test_resumable_
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -158,3 +159,55 @@ def test_an_unknown_token_is_a_404(http: httpx.Client) -> None:
     response = http.get("/v1/streams/" + "A" * 32, headers={"Last-Event-ID": "3"})
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "stream_not_found"
+
+
+BROWSER_JS = """async (url) => await new Promise((resolve) => {
+  const got = [];
+  let opens = 0;
+  const source = new EventSource(url);
+  source.onopen = () => { opens += 1; got.push(["open", ""]); };
+  source.onmessage = (e) => {
+    got.push([e.lastEventId, e.data]);
+    // not closed at the first [DONE]: EventSource reconnects when a response ends, with
+    // Last-Event-ID set to the last id it saw; the second [DONE] ends it
+    if (e.data === "[DONE]" && opens === 2) { source.close(); resolve(got); }
+  };
+  setTimeout(() => { source.close(); resolve(got); }, 20000);
+})"""
+
+
+def test_a_browser_eventsource_resumes_and_reconnects_with_last_event_id(
+        server: ServerProcess, http: httpx.Client, model: str, uninterrupted: str) -> None:
+    from playwright.sync_api import sync_playwright  # the test extra: missing fails
+
+    chromium = os.environ.get("TOKENPIPE_CHROMIUM", "/usr/bin/chromium")
+    if not os.path.isfile(chromium):
+        pytest.fail(f"no Chromium at {chromium}: apt-get install -y chromium")
+    body = {"model": model, "messages": MESSAGES, "stream": True, "resumable": True,
+            **SAMPLING}
+    token, seen = drop_after(http, "/v1/chat/completions", body, 3)  # ids 0, 1, 2
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=[
+            "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--disable-background-networking"])
+        try:
+            page = browser.new_page()
+            page.goto(server.url + "/health")  # same origin as the stream
+            # EventSource cannot set a header on its first request: the query says where
+            # to start; on its reconnection its own Last-Event-ID header wins over it
+            got = page.evaluate(BROWSER_JS, f"/v1/streams/{token}?last_event_id=2")
+        finally:
+            browser.close()
+    opened = [i for i, (event_id, _) in enumerate(got) if event_id == "open"]
+    assert len(opened) == 2, got
+    first, second = got[1:opened[1]], got[opened[1] + 1:]
+    assert first[-1][1] == "[DONE]" and int(first[-2][0]) >= 3
+    # the reconnection sent Last-Event-ID: the finish chunk's id, so only [DONE] is left
+    # (the query's 2 would have replayed every chunk after id 2 again)
+    assert [data for _, data in second] == ["[DONE]"]
+    ids_seen = [int(event_id) for event_id, data in first if data != "[DONE]"]
+    assert ids_seen == list(range(3, 3 + len(ids_seen)))
+    chunks = [json.loads(data) for _, data in first[:-1]]
+    text = text_of(seen) + "".join(c["choices"][0]["delta"].get("content") or ""
+                                   for c in chunks if c["choices"])
+    assert text == uninterrupted
