@@ -135,7 +135,11 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
 
 
 def _resumable(body: Body, request: Request) -> bool:
-    return opted_in(body.resumable, bool(body.stream), request.headers.get("x-resumable"))
+    """The body's `resumable`, else the X-Resumable header of a streamed request (looked
+    up only then: a request that says nothing pays one attribute test)."""
+    if body.resumable is not None or not body.stream:
+        return bool(body.resumable)
+    return opted_in(None, True, request.headers.get("x-resumable"))
 
 
 async def resume_stream(
@@ -259,8 +263,7 @@ class Generation:
             response = error_response(exc)
         else:
             try:
-                resumable = opted_in(body.resumable, bool(body.stream),
-                                     request.headers.get("x-resumable"))
+                resumable = _resumable(body, request)
             except OpenAIError as exc:
                 response = error_response(exc)
             else:
