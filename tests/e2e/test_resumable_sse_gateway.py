@@ -19,7 +19,7 @@ import pytest
 import websockets
 
 from tests.conftest import ServerProcess, running
-from tests.e2e.sse_reader import drop_after, events, ids, text_of
+from tests.e2e.sse_reader import Sse, drop_after, events, ids, text_of
 from tokenpipe.client import Client
 
 pytestmark = pytest.mark.e2e
@@ -170,10 +170,11 @@ def test_every_refusal_in_openai_shape_and_the_server_stays_whole(
 
     refused(http.get("/v1/streams/no-such-token"), 404, None)
     token, _ = drop_after(http, "/v1/chat/completions", chat("[[tokens=4]]", resumable=True), 1)
-    for bad in ("x", "1.5", "99", "-2"):
+    for bad in ("x", "1.5", "99", "-2", "+1", "1_0", "9" * 5000):
         refused(http.get(f"/v1/streams/{token}", headers={"Last-Event-ID": bad}), 400,
                 "last_event_id")
-    refused(http.get(f"/v1/streams/{token}?last_event_id=zz"), 400, "last_event_id")
+    for bad in ("zz", "%D9%A3"):  # an Arabic-Indic 3, which int() would take
+        refused(http.get(f"/v1/streams/{token}?last_event_id={bad}"), 400, "last_event_id")
     refused(http.post(f"/v1/streams/{token}"), 405, None)
     refused(httpx.get(f"{server.url}/v1/streams/{token}"), 401, None)  # no key: as the POST
     refused(http.post("/v1/chat/completions", json={**chat("hi", resumable=True),
@@ -224,3 +225,30 @@ def test_a_v1_resume_without_an_id_calls_it_by_its_chunk_id(server: ServerProces
     assert {f["id"] for f in frames} == {seen[0].json["id"]}
     seqs = [f["seq"] for f in frames if f["type"] == "delta"]
     assert seqs == list(range(1, 1 + len(seqs))) and seqs  # after_seq 0: from seq 1
+
+
+async def test_readers_racing_for_one_stream_disturb_no_other(server: ServerProcess,
+                                                              http: httpx.Client) -> None:
+    content = "[[pace_ms=10]][[tokens=40]]"
+    expected = reference(http, content)
+    token, seen = drop_after(http, "/v1/chat/completions", chat(content, resumable=True), 2)
+
+    async with httpx.AsyncClient(base_url=server.url, headers=AUTH, timeout=30) as client:
+        async def read(path: str, body: dict[str, Any] | None = None) -> list[Any]:
+            method = "GET" if body is None else "POST"
+            async with client.stream(method, path, json=body,
+                                     headers={"Last-Event-ID": seen[-1].id or ""}) as response:
+                if response.status_code == 409:  # taken over before its first event
+                    error = json.loads(await response.aread())["error"]
+                    return [Sse(None, json.dumps({"error": error}))]
+                assert response.status_code == 200
+                return events(iter([line async for line in response.aiter_lines()]))
+
+        other = asyncio.create_task(read("/v1/chat/completions", chat(content)))
+        readers = [asyncio.create_task(read(f"/v1/streams/{token}")) for _ in range(10)]
+        results = await asyncio.gather(*readers)
+        assert text_of(await other) == expected  # a bystander stream is untouched
+    for got in results:  # each reader was taken over, or read it to the end
+        assert got[-1].data == "[DONE]" or got[-1].json["error"]["code"] == "moved"
+    whole = [got for got in results if got[-1].data == "[DONE]"]
+    assert whole and all(text_of(seen) + text_of(got) == expected for got in whole)

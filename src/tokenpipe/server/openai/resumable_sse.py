@@ -12,6 +12,7 @@ A request that does not opt in is served by SessionResponse, unchanged.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from starlette.responses import Response
@@ -29,6 +30,7 @@ from .session_response import SSE_HEADERS, error_response
 
 Shape = ChatRender | CompletionRender
 _ON, _OFF = ("1", "true", "yes"), ("0", "false", "no", "")
+_EVENT_ID = re.compile(r"-?[0-9]{1,18}")  # ASCII digits; longer is beyond any stream
 
 
 @dataclass(frozen=True)
@@ -76,13 +78,12 @@ def resumed(streams: ResumableStreams, token: str, header: str | None, query: st
         return error_response(OpenAIError(
             "No resumable stream with that token: unknown, or its grace period ended.",
             param=None, openai_code="stream_not_found", status=404))
-    raw = header if header is not None else query
-    try:
-        last = None if raw is None or not raw.strip() else int(raw.strip())
-    except ValueError:
+    raw = (header if header is not None else query or "").strip()
+    if raw and not _EVENT_ID.fullmatch(raw):  # int() would take "+3", "3_0" and "٣" too
         return error_response(BadRequest(
-            f"Last-Event-ID must be an event id (an integer), not {str(raw)[:40]!r}",
+            f"Last-Event-ID must be an event id (an integer), not {raw[:40]!r}",
             param="last_event_id"))
+    last = int(raw) if raw else None
     origin = held.sse if isinstance(held.sse, SseOrigin) else _of_v1(held)
     if last is not None and not -1 <= last <= _last_sent(held.session, origin):
         return error_response(BadRequest(
