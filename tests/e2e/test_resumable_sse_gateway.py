@@ -252,3 +252,29 @@ async def test_readers_racing_for_one_stream_disturb_no_other(server: ServerProc
         assert got[-1].data == "[DONE]" or got[-1].json["error"]["code"] == "moved"
     whole = [got for got in results if got[-1].data == "[DONE]"]
     assert whole and all(text_of(seen) + text_of(got) == expected for got in whole)
+
+
+async def test_a_get_takes_a_v1_reader_over(server: ServerProcess) -> None:
+    ws = await websockets.connect(server.ws_url, subprotocols=["tokenpipe.v1"],  # type: ignore[list-item]
+                                  additional_headers=AUTH)
+    try:
+        assert json.loads(await ws.recv())["type"] == "hello"
+        await ws.send(json.dumps({"type": "generate", "id": "g", "resumable": True,
+                                  "messages": [{"role": "user", "content": "[[pace_ms=20]]"}],
+                                  "params": {"max_tokens": 30}}))
+        frames = [json.loads(await asyncio.wait_for(ws.recv(), 20)) for _ in range(3)]
+        assert [f["type"] for f in frames] == ["start", "delta", "delta"]
+        async with httpx.AsyncClient(base_url=server.url, headers=AUTH, timeout=30) as client:
+            async with client.stream("GET", f"/v1/streams/{frames[0]['stream']}",
+                                     headers={"Last-Event-ID": str(frames[-1]["seq"] + 1)}
+                                     ) as response:
+                while True:  # the v1 reader hears it moved (deltas sent before, if any)
+                    frame = json.loads(await asyncio.wait_for(ws.recv(), 20))
+                    if frame["type"] != "delta":
+                        break
+                rest = events(iter([line async for line in response.aiter_lines()]))
+        assert frame["type"] == "error" and frame["code"] == "moved" and frame["id"] == "g"
+        assert ids(rest)[0] == frames[-1]["seq"] + 2 and rest[-1].data == "[DONE]"
+        assert rest[-2].json["choices"][0]["finish_reason"] == "length"
+    finally:
+        await ws.close()
