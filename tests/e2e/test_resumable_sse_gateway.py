@@ -184,8 +184,11 @@ def test_every_refusal_in_openai_shape_and_the_server_stays_whole(
     refused(http.post("/v1/chat/completions", json=chat("hi", resumable=True, n=2)), 400, "n")
     refused(http.post("/v1/completions", json={"prompt": "hi", "stream": True},
                       headers={"X-Resumable": "maybe"}), 400, "X-Resumable")
-    with http.stream("GET", f"/v1/streams/{token}") as response:  # intact after all that
-        assert text_of(events(response.iter_lines())) == reference(http, "[[tokens=4]]")
+    for start in ({}, {"Last-Event-ID": "-1"}):  # from the start; intact after all that
+        with http.stream("GET", f"/v1/streams/{token}", headers=start) as response:
+            again = events(response.iter_lines())
+        assert again[0].id == "0" and again[0].json["choices"][0]["delta"]["role"]
+        assert text_of(again) == reference(http, "[[tokens=4]]")
 
 
 def test_not_opted_in_has_no_token_and_no_ids(http: httpx.Client) -> None:

@@ -119,7 +119,7 @@ class ResumableResponse(DoorResponse):
         super().__init__(held.session, stream=True, ping_s=ping_s)
         self.held, self.streams, self.origin = held, streams, origin
         self.last = -1 if last is None else last
-        self.given = last is not None  # the client has seen the opening chunk (id 0)
+        self.given = self.last >= 0  # the client has seen the opening chunk (id 0)
         self._moved = False
         self._cursor: Cursor | None = None
         token = held.session.stream_token
