@@ -1,13 +1,23 @@
-"""Resumable streams (tokenpipe.v1 `resume`): kept by their token while a reader has them,
-and for a grace period after it went away; nobody resuming them by then, cancelled."""
+"""Resumable streams: kept by their token while a reader has them, and for a grace period
+after it went away; nobody resuming them by then, cancelled. One store for every door that
+resumes: tokenpipe.v1 `resume` and the Chat Completions SSE `GET /v1/streams/TOKEN`, so a
+token from either resumes over the other."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from ..session import Cursor, GenerationSession
+
+
+class Reader(Protocol):
+    """Who reads a held session now (a /ws connection, an SSE response)."""
+
+    def moved(self, session: GenerationSession, new_id: str | None = None) -> None:
+        """A resume elsewhere (or under `new_id` on the same /ws connection) took it over."""
 
 
 @dataclass
@@ -16,8 +26,11 @@ class Held:
 
     session: GenerationSession
     stream_id: str  # the id its reader calls it by (a resume without one keeps it)
-    reader: object | None = None  # the connection reading it now
+    reader: Reader | None = None  # the connection reading it now
     cursor: Cursor | None = None
+    # how the SSE door renders it (chunk id, created, model, usage chunk): set by the
+    # POST that started it, or by the first GET of a v1 token, so every resume renders alike
+    sse: Any = None
 
 
 class ResumableStreams:

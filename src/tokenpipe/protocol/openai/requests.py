@@ -103,6 +103,10 @@ class _Sampling(_Body):
                               "absent means the server's model.")
     stream: bool | None = False
     stream_options: StreamOptions | None = None
+    resumable: bool | None = Field(
+        default=None, description="tokenpipe's extra, with stream: the response header "
+        "X-Stream-Token names the stream and each event has an SSE id; after a drop, GET "
+        "/v1/streams/{token} with Last-Event-ID continues it (docs/protocol.md).")
     temperature: float | None = Field(default=None, ge=0.0, le=2.0,
                                       description="Absent means 1, as OpenAI; 0 is greedy.")
     top_p: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -137,6 +141,10 @@ class _Sampling(_Body):
             raise PydanticCustomError(
                 "invalid_value", "The 'stream_options' parameter is only allowed when "
                 "'stream' is enabled.", {"param": "stream_options"})
+        if self.resumable and not self.stream:
+            raise PydanticCustomError(
+                "invalid_value", "The 'resumable' parameter is only allowed when 'stream' "
+                "is enabled.", {"param": "resumable"})
         return self
 
     @property

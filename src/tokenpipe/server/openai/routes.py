@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
@@ -43,6 +43,7 @@ from ...protocol.openai.responses import (
 from ...protocol.openai.schema import sse_openapi
 from ..runtime import Runtime
 from .choices import ChoicesResponse, start_choices
+from .resumable_sse import opted_in, resumed, started
 from .session_response import SessionResponse, error_response
 
 log = logging.getLogger("tokenpipe.openai")
@@ -125,12 +126,35 @@ def _responses(chunk: type[ChatCompletionChunk | Completion], example: str) -> d
 
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     """A chat answer from the model, whole or streamed token by token."""
-    return await start(_runtime(request), body, ChatRender)
+    return await start(_runtime(request), body, ChatRender, _resumable(body, request))
 
 
 async def completions(body: CompletionRequest, request: Request) -> Response:
     """A raw-text continuation (no chat template), whole or streamed."""
-    return await start(_runtime(request), body, CompletionRender)
+    return await start(_runtime(request), body, CompletionRender, _resumable(body, request))
+
+
+def _resumable(body: Body, request: Request) -> bool:
+    """The body's `resumable`, else the X-Resumable header of a streamed request (looked
+    up only then: a request that says nothing pays one attribute test)."""
+    if body.resumable is not None or not body.stream:
+        return bool(body.resumable)
+    return opted_in(None, True, request.headers.get("x-resumable"))
+
+
+async def resume_stream(
+    token: str, request: Request,
+    last_event_id: str | None = Query(default=None, description="Used when the "
+                                      "Last-Event-ID header is absent."),
+    last_event_id_header: str | None = Header(default=None, alias="Last-Event-ID",
+                                              description="The last event id the client "
+                                              "has: the events after it are sent."),
+) -> Response:
+    """A resumable stream (a Chat Completions or Completions request with `resumable`, or
+    a tokenpipe.v1 one) from after Last-Event-ID, in Chat Completions chunks, to its end."""
+    runtime = _runtime(request)
+    return resumed(runtime.resumable, token, last_event_id_header, last_event_id,
+                   runtime.settings.sse_ping_interval_s)
 
 
 
@@ -149,7 +173,8 @@ async def get_model(model_id: str, request: Request) -> ModelCard:
 
 async def not_found(request: Request) -> Response:
     path = request.url.path
-    allowed = _ROUTES.get(path) or ("GET" if path.startswith("/v1/models/") else None)
+    allowed = _ROUTES.get(path) or ("GET" if path.startswith(("/v1/models/", "/v1/streams/"))
+                                    else None)
     if allowed is not None:  # a known route asked with the wrong method
         exc = OpenAIError(f"Method {request.method} not allowed on {path}; use {allowed}",
                           param=None, openai_code=None, status=405)
@@ -182,18 +207,22 @@ def _runtime(request: Request) -> Runtime:
     return runtime
 
 
-async def start(runtime: Runtime, body: Body, render: Render) -> Response:
-    """The one start, and the answer: SessionResponse (ChoicesResponse for n > 1), or the
-    start's refusal."""
+async def start(runtime: Runtime, body: Body, render: Render,
+                resumable: bool = False) -> Response:
+    """The one start, and the answer: SessionResponse (ChoicesResponse for n > 1, a
+    ResumableResponse when `resumable`), or the start's refusal."""
     n, limit = body.n or 1, runtime.settings.max_n
     if n > limit:
         return error_response(BadRequest(f"n ({n}) is above this server's limit of {limit} "
                                          "choices (--max-n)", param="n"))
+    if resumable and n > 1:
+        return error_response(BadRequest("a resumable stream has one choice: send n 1 (or "
+                                         "none) with resumable", param="n"))
     try:
         if n > 1:
             sessions = await start_choices(runtime.models.start, body.to_request(), n)
         else:
-            session = await runtime.models.start(body.to_request())
+            session = await runtime.models.start(body.to_request(), resumable=resumable)
     except TokenpipeError as exc:  # in the names this client sent
         return error_response(exc, {"max_tokens": body.max_tokens_param})
     if n > 1:
@@ -201,6 +230,11 @@ async def start(runtime: Runtime, body: Body, render: Render) -> Response:
             sessions, render(sessions[0].model, scored=body.wants_logprobs),
             stream=bool(body.stream), include_usage=body.include_usage,
             ping_s=runtime.settings.sse_ping_interval_s)
+    if resumable:
+        return started(runtime.resumable, session, render(session.model,
+                                                          scored=body.wants_logprobs),
+                       include_usage=body.include_usage,
+                       ping_s=runtime.settings.sse_ping_interval_s)
     return SessionResponse(
         session, render(session.model, scored=body.wants_logprobs), stream=bool(body.stream),
         include_usage=body.include_usage, ping_s=runtime.settings.sse_ping_interval_s)
@@ -228,7 +262,13 @@ class Generation:
         except OpenAIError as exc:
             response = error_response(exc)
         else:
-            response = await start(request.app.state.runtime, body, self.render)
+            try:
+                resumable = _resumable(body, request)
+            except OpenAIError as exc:
+                response = error_response(exc)
+            else:
+                response = await start(request.app.state.runtime, body, self.render,
+                                       resumable)
         await response(scope, receive, send)
 
 
@@ -277,5 +317,7 @@ router.add_api_route("/chat/completions", chat_completions, methods=["POST"],
                      responses=_responses(ChatCompletionChunk, _CHAT_SSE))
 router.add_api_route("/completions", completions, methods=["POST"],
                      response_model=Completion, responses=_responses(Completion, _TEXT_SSE))
+router.add_api_route("/streams/{token}", resume_stream, methods=["GET"],
+                     responses=_responses(ChatCompletionChunk, _CHAT_SSE))
 router.add_api_route("/{path:path}", not_found, include_in_schema=False,
                      methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"])

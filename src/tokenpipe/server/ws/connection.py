@@ -296,8 +296,8 @@ class JsonConnection:
         except ValueError as exc:
             raise BadRequest(f"field 'after_seq': {exc}", param="after_seq") from None
         self.runtime.resumable.adopt(frame.stream)
-        previous = held.reader
-        if isinstance(previous, JsonConnection):
+        previous = held.reader  # a /ws connection or an SSE response (one store)
+        if previous is not None:
             previous.moved(session, stream_id if previous is self else None)
         self._adopt(stream_id, session, frame.after_seq, held)
 

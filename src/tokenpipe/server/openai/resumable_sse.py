@@ -1,0 +1,219 @@
+"""Resumable Chat Completions / Completions SSE (docs/protocol.md, "Resumable Chat
+Completions"): a streamed request that opts in gets `X-Stream-Token` and an SSE `id:` on
+every event; after a drop, `GET /v1/streams/TOKEN` with `Last-Event-ID: N` sends the
+events after N. The sessions live in the one store tokenpipe.v1's `resume` uses
+(server/resumable.py), so a token from either door resumes over the other.
+
+Event ids are a function of the session's kept deltas alone, so every reader numbers them
+alike: the chat opening chunk is 0, the delta of seq s is s + 1, the finish chunk (or the
+error event) D + 1 after D deltas, the usage chunk D + 2; `[DONE]` and comments have none.
+A request that does not opt in is served by SessionResponse, unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from ...errors import BadRequest
+from ...protocol import sse
+from ...protocol.openai.errors import OpenAIError, error_body
+from ...protocol.openai.render import ChatRender, CompletionRender
+from ...session import Cursor, Delta, Failed, Finished, GenerationSession, Queued
+from ..door_response import DoorResponse, no_receive
+from ..race import http_disconnect, race
+from ..resumable import Held, ResumableStreams
+from .session_response import SSE_HEADERS, error_response
+
+Shape = ChatRender | CompletionRender
+_ON, _OFF = ("1", "true", "yes"), ("0", "false", "no", "")
+_EVENT_ID = re.compile(r"-?[0-9]{1,18}")  # ASCII digits; longer is beyond any stream
+
+
+@dataclass(frozen=True)
+class SseOrigin:
+    """How one resumable stream is rendered, kept on its Held record: the same chunk id,
+    created and model on every resume."""
+
+    shape: Shape
+    include_usage: bool = False
+
+
+def opted_in(resumable: bool | None, stream: bool, header: str | None) -> bool:
+    """Whether a request wants a resumable stream: the body's `resumable` (validated with
+    the body), else the `X-Resumable` header, which counts for streamed requests only (a
+    client may set it on all its requests)."""
+    if resumable is not None:
+        return resumable
+    if header is None or not stream:
+        return False
+    value = header.strip().lower()
+    if value in _ON:
+        return True
+    if value in _OFF:
+        return False
+    raise OpenAIError(f"Invalid value for header 'X-Resumable': {header[:40]!r}; send 1 or 0.",
+                      param="X-Resumable", openai_code="invalid_value")
+
+
+def started(streams: ResumableStreams, session: GenerationSession, shape: Shape, *,
+            include_usage: bool, ping_s: float) -> ResumableResponse:
+    """The answer to the POST that started a resumable session: it is kept in the store
+    (its v1 id, for a `resume` without one, is the chunk id) and streamed from the start."""
+    origin = SseOrigin(shape, include_usage)
+    held = Held(session, str(shape.head["id"]), sse=origin)
+    streams.keep(held)
+    return ResumableResponse(held, streams, origin, last=None, ping_s=ping_s)
+
+
+def resumed(streams: ResumableStreams, token: str, header: str | None, query: str | None,
+            ping_s: float) -> Response:
+    """The answer to `GET /v1/streams/TOKEN`: the events after Last-Event-ID (the header,
+    which a browser's EventSource sends on reconnecting, wins over `?last_event_id=`)."""
+    held = streams.get(token)
+    if held is None:
+        return error_response(OpenAIError(
+            "No resumable stream with that token: unknown, or its grace period ended.",
+            param=None, openai_code="stream_not_found", status=404))
+    raw = (header if header is not None else query or "").strip()
+    if raw and not _EVENT_ID.fullmatch(raw):  # int() would take "+3", "3_0" and "٣" too
+        return error_response(BadRequest(
+            f"Last-Event-ID must be an event id (an integer), not {raw[:40]!r}",
+            param="last_event_id"))
+    last = int(raw) if raw else None
+    origin = held.sse if isinstance(held.sse, SseOrigin) else _of_v1(held)
+    if last is not None and not -1 <= last <= _last_sent(held.session, origin):
+        return error_response(BadRequest(
+            f"Last-Event-ID {last} is not an event this stream has sent (so far it sent "
+            f"ids up to {_last_sent(held.session, origin)})", param="last_event_id"))
+    return ResumableResponse(held, streams, origin, last=last, ping_s=ping_s)
+
+
+def _of_v1(held: Held) -> SseOrigin:
+    """A stream a tokenpipe.v1 `generate` started, as Chat Completions chunks from now on."""
+    session = held.session
+    scored = not session.loading and session.prepared.request.params.logprobs is not None
+    held.sse = origin = SseOrigin(ChatRender(session.model, scored=scored))
+    return origin
+
+
+def _last_sent(session: GenerationSession, origin: SseOrigin) -> int:
+    """The highest event id any reader can have been sent so far."""
+    if session.final is None:
+        return session.next_seq  # the delta of seq next_seq - 1
+    usage = origin.include_usage and isinstance(session.final, Finished)
+    return session.next_seq + (2 if usage else 1)
+
+
+class ResumableResponse(DoorResponse):
+    """One reader of a held session, as SSE with event ids: the events with id above
+    `last` (None: from the start). Its client leaving does not cancel the generation: the
+    store's grace period starts. A resume elsewhere takes it over (as v1's does): this
+    stream then ends with an error event `code: moved`."""
+
+    def __init__(self, held: Held, streams: ResumableStreams, origin: SseOrigin, *,
+                 last: int | None, ping_s: float) -> None:
+        super().__init__(held.session, stream=True, ping_s=ping_s)
+        self.held, self.streams, self.origin = held, streams, origin
+        self.last = -1 if last is None else last
+        self.given = self.last >= 0  # the client has seen the opening chunk (id 0)
+        self._moved = False
+        self._cursor: Cursor | None = None
+        token = held.session.stream_token
+        assert token is not None
+        self._sse_headers = [*SSE_HEADERS, (b"x-stream-token", token.encode())]
+
+    def moved(self, session: GenerationSession, new_id: str | None = None) -> None:
+        self._moved = True
+        if self._cursor is not None:
+            self._cursor.wake()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self._scope = scope
+        held, session = self.held, self.session
+        assert session.stream_token is not None
+        self.streams.adopt(session.stream_token)  # its grace period, if any, ends
+        previous = held.reader
+        if previous is not None and previous is not self:
+            previous.moved(session)
+        after = max(-1, min(self.last - 1, session.next_seq - 1))  # delta s has id s + 1
+        cursor = self._cursor = session.cursor(after)
+        held.reader, held.cursor = self, cursor
+        try:
+            await race(self._stream(cursor, send), http_disconnect(receive), settle=False)
+        except OSError:  # the client went away while we wrote
+            pass
+        finally:
+            if self._ping is not None:
+                self._ping.cancel()
+            if held.reader is self:
+                self.streams.orphan(session)  # kept for the grace period, then cancelled
+            else:
+                cursor.close()
+
+    def _emit(self, out: list[bytes], event_id: int, chunk: bytes) -> None:
+        if chunk and event_id > self.last:
+            out.append(b"id: %d\n" % event_id + chunk)
+
+    async def _stream(self, cursor: Cursor, send: Send) -> None:
+        shape, session = self.origin.shape, self.session
+        headers_sent, opened = False, self.given
+        while True:
+            out: list[bytes] = []
+            ended = False
+            batch = await self._events(cursor)
+            if self._moved:
+                moved = OpenAIError("A resume of this stream elsewhere took it over.",
+                                    param=None, openai_code="moved", status=409)
+                if not headers_sent:
+                    await error_response(moved)(self._scope, no_receive, send)
+                    return
+                await send({"type": "http.response.body", "body": sse.data(error_body(moved)),
+                            "more_body": False})
+                return
+            if not batch:
+                out.append(sse.comment("ping"))
+            for event in batch:
+                if isinstance(event, Queued):
+                    out.append(sse.waiting(event.position, event.loading))
+                elif isinstance(event, Delta | Finished) and not opened:
+                    opened = True
+                    self._emit(out, 0, shape.opening())
+                if isinstance(event, Delta):
+                    if event.channel != "content":
+                        chunk = shape.part(event)
+                    elif shape.scored:
+                        chunk = shape.scored_delta(event)
+                    else:
+                        chunk = shape.delta(event.text)
+                    self._emit(out, event.seq + 1, chunk)
+                elif isinstance(event, Finished):
+                    end = session.next_seq + 1  # every delta is sealed by now
+                    self._emit(out, end, shape.finish(event.reason.value))
+                    if self.origin.include_usage:
+                        self._emit(out, end + 1, shape.usage(event.usage))
+                    out.append(sse.DONE)
+                    ended = True
+                elif isinstance(event, Failed):
+                    if not opened and not headers_sent:
+                        await error_response(event.error)(self._scope, no_receive, send)
+                        return
+                    self._emit(out, session.next_seq + 1, sse.data(error_body(event.error)))
+                    out.append(sse.DONE)
+                    ended = True
+            if not out:
+                continue  # Started alone: nothing to say yet, so no headers yet either
+            if not headers_sent:
+                headers_sent = True
+                await send({"type": "http.response.start", "status": 200,
+                            "headers": self._sse_headers})
+            await send({"type": "http.response.body", "body": b"".join(out),
+                        "more_body": not ended})
+            if ended:
+                return
+
+    async def _whole(self, cursor: Cursor, send: Send) -> None:
+        raise AssertionError("a resumable answer is always streamed")
