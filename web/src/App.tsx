@@ -13,7 +13,12 @@ import { useConversations } from './hooks/useConversations';
 import { useGeneration } from './hooks/useGeneration';
 import { useSettings } from './hooks/useSettings';
 import { useTransport } from './hooks/useTransport';
-import { chatReducer, continuationOf, historyBefore, isRunning, type ChatAction, type Message } from './state/conversations';
+import type { WireMessage } from './api/types';
+import { ContextMeter } from './components/ContextMeter';
+import { OverflowOffer } from './components/OverflowOffer';
+import { useContextBudget } from './hooks/useContextBudget';
+import { answerRoom, idsOf, overflows, planDrop, turnsBefore, type DropPlan } from './state/context';
+import { chatReducer, continuationOf, historyBefore, isRunning, type ChatAction, type ChatState, type Conversation, type Message } from './state/conversations';
 import { samplingParams, type Settings } from './state/settings';
 
 function newId(prefix: string): string {
@@ -30,6 +35,39 @@ function placeholderAnswer(now: number): Message {
   return { id: newId('a'), role: 'assistant', content: '', createdAt: now, status: 'waiting' };
 }
 
+type AskAction = Extract<ChatAction, { type: 'send' | 'edit' | 'regenerate' }>;
+
+/** A message held back because it would overflow, and the ways on. */
+interface Offer {
+  action: AskAction;
+  promptTokens: number;
+  limit: number;
+  room: number;
+  plan: DropPlan | null;
+  systemPromptKept: boolean;
+}
+
+/** The prompt if `draft` were sent now in `conversation` (or in a new one). */
+function promptWithDraft(conversation: Conversation | undefined, systemPrompt: string, draft: string): WireMessage[] {
+  const history = conversation ? historyBefore(conversation, '', systemPrompt) : systemPrompt.trim() ? [{ role: 'system' as const, content: systemPrompt }] : [];
+  return [...history, { role: 'user', content: draft }];
+}
+
+/** The question an answer-creating action asks, to carry into a new conversation. */
+function questionOf(action: AskAction, state: ChatState): string {
+  if (action.type !== 'regenerate') return action.user.content;
+  const path = state.conversations[action.conversationId]?.messages ?? [];
+  const index = action.messageId ? path.findIndex((m) => m.id === action.messageId) : path.length;
+  return path.slice(0, index).reverse().find((m) => m.role === 'user')?.content ?? '';
+}
+
+/** The same action, created at `now`. */
+function restamped(action: AskAction, now: number): AskAction {
+  const assistant = { ...action.assistant, createdAt: now };
+  if (action.type === 'regenerate') return { ...action, assistant, now };
+  return { ...action, user: { ...action.user, createdAt: now }, assistant, now };
+}
+
 export function App() {
   const [settings, updateSettings] = useSettings();
   const [state, dispatch] = useConversations();
@@ -43,24 +81,59 @@ export function App() {
   // memoised messages do not re-render because of them.
   const hello = connection.status === 'open' ? connection.hello : null;
   const models = settings.transport === 'ws' ? (hello?.models ?? null) : httpModels;
-  const latest = useRef({ state, settings, generation, models });
-  latest.current = { state, settings, generation, models };
-
   const active = state.activeId ? state.conversations[state.activeId] : undefined;
   const runningAnswer = active?.messages.find(isRunning);
 
-  /** Apply an action that creates an answer, then ask for that answer. */
+  const [offer, setOffer] = useState<Offer | null>(null);
+  const [carry, setCarry] = useState<{ text: string; token: number } | undefined>(undefined);
+  const [draft, setDraft] = useState('');
+  const draftPrompt = useMemo(() => (draft.trim() ? promptWithDraft(active, settings.systemPrompt, draft) : null), [active, settings.systemPrompt, draft]);
+  const budget = useContextBudget({
+    kind: settings.transport,
+    helloLimit: hello?.limits?.context_tokens,
+    apiKey: settings.apiKey,
+    model: modelFor(settings, models),
+    tools: settings.tools,
+    conversation: active,
+    draftPrompt,
+  });
+  // An offer is about the conversation in view.
+  useEffect(() => setOffer(null), [state.activeId]);
+
+  const latest = useRef({ state, settings, generation, models, budget, offer });
+  latest.current = { state, settings, generation, models, budget, offer };
+
+  /**
+   * Apply an action that creates an answer, then ask for that answer; true if it was asked.
+   * The prompt is counted first: one that would overflow the context is not sent, the
+   * overflow offer says why and how on. `base`: the state to apply it to (just after a drop).
+   */
   const ask = useCallback(
-    (action: Extract<ChatAction, { type: 'send' | 'edit' | 'regenerate' }>) => {
-      const { state: current, settings: s, generation: g, models: known } = latest.current;
-      const next = chatReducer(current, action);
+    async (action: AskAction, base?: ChatState): Promise<boolean> => {
+      const { state: current, settings: s, budget: b } = latest.current;
+      const start = base ?? current;
+      const next = chatReducer(start, action);
       const conversation = next.conversations[action.conversationId];
-      if (!conversation || next === current) return;
-      dispatch(action);
-      setFollowToken((t) => t + 1);
+      if (!conversation || next === start) return false;
       const messages = historyBefore(conversation, action.assistant.id, s.systemPrompt);
+      const tokens = b.limit ? await b.count(messages) : null;
+      if (b.limit && tokens !== null && overflows(tokens, b.limit, s.maxTokens)) {
+        const index = conversation.messages.findIndex((m) => m.id === action.assistant.id);
+        const turns = turnsBefore(conversation, Math.max(0, index - 1));
+        const countWithout = async (k: number) =>
+          (await b.count(historyBefore(conversation, action.assistant.id, s.systemPrompt, idsOf(turns, k)))) ?? Number.POSITIVE_INFINITY;
+        const plan = turns.length ? await planDrop(turns, countWithout, b.limit, s.maxTokens) : null;
+        const system = messages[0]?.role === 'system';
+        setOffer({ action, promptTokens: tokens, limit: b.limit, room: answerRoom(s.maxTokens), plan, systemPromptKept: system });
+        return false;
+      }
+      const { generation: g, models: known } = latest.current;
+      dispatch(action);
+      setOffer(null);
+      setFollowToken((t) => t + 1);
       const model = modelFor(s, known);
       g.start(conversation.id, action.assistant.id, { messages, params: samplingParams(s), ...(model ? { model } : {}) });
+      return true;
     },
     [dispatch],
   );
@@ -71,9 +144,39 @@ export function App() {
       const conversationId = latest.current.state.activeId ?? newId('c');
       const user: Message = { id: newId('u'), role: 'user', content: text, createdAt: now };
       const systemPrompt = latest.current.state.activeId ? undefined : latest.current.settings.systemPrompt;
-      ask({ type: 'send', conversationId, user, assistant: placeholderAnswer(now), now, ...(systemPrompt !== undefined ? { systemPrompt } : {}) });
+      return ask({ type: 'send', conversationId, user, assistant: placeholderAnswer(now), now, ...(systemPrompt !== undefined ? { systemPrompt } : {}) });
     },
     [ask],
+  );
+
+  /** The overflow offer's ways on: the draft to a new conversation, or the oldest turns dropped. */
+  const offerActions = useMemo(
+    () => ({
+      newConversation() {
+        const pending = latest.current.offer;
+        if (!pending) return;
+        setOffer(null);
+        dispatch({ type: 'new' });
+        setCarry({ text: questionOf(pending.action, latest.current.state), token: Date.now() });
+      },
+      drop() {
+        const pending = latest.current.offer;
+        if (!pending?.plan) return;
+        const now = Date.now();
+        const drop: ChatAction = { type: 'dropTurns', conversationId: pending.action.conversationId, messageIds: pending.plan.turns.flatMap((t) => t.ids), now };
+        const dropped = chatReducer(latest.current.state, drop);
+        dispatch(drop);
+        // The answer comes after the drop: its usage no longer counts the dropped turns.
+        void ask(restamped(pending.action, now + 1), dropped).then((sent) => {
+          if (sent && pending.action.type === 'send') setCarry({ text: '', token: Date.now() });
+        });
+      },
+      dismiss() {
+        setOffer(null);
+        document.getElementById('composer-input')?.focus();
+      },
+    }),
+    [ask, dispatch],
   );
 
   const actions: MessageActions = useMemo(
@@ -83,13 +186,13 @@ export function App() {
         if (!id) return;
         const now = Date.now();
         const user: Message = { id: newId('u'), role: 'user', content, createdAt: now };
-        ask({ type: 'edit', conversationId: id, messageId, user, assistant: placeholderAnswer(now), now });
+        void ask({ type: 'edit', conversationId: id, messageId, user, assistant: placeholderAnswer(now), now });
       },
       onRegenerate(messageId) {
         const id = latest.current.state.activeId;
         if (!id) return;
         const now = Date.now();
-        ask({ type: 'regenerate', conversationId: id, messageId, assistant: placeholderAnswer(now), now });
+        void ask({ type: 'regenerate', conversationId: id, messageId, assistant: placeholderAnswer(now), now });
       },
       onVersion(messageId, step) {
         const id = latest.current.state.activeId;
@@ -227,7 +330,26 @@ export function App() {
         <div className="composer-area">
           {state.undo ? <UndoToast key={state.undo.id} label={state.undo.label} onUndo={() => dispatch({ type: 'undo' })} onTimeout={() => state.undo && dispatch({ type: 'undo/dismiss', id: state.undo.id })} /> : null}
           {settings.transport === 'ws' ? <ConnectionBanner connection={connection} onRetry={() => socket?.retryNow()} /> : null}
-          <Composer running={runningAnswer !== undefined} onSend={send} onStop={() => runningAnswer && generation.stop(runningAnswer.id)} />
+          {offer ? (
+            <OverflowOffer
+              promptTokens={offer.promptTokens}
+              limit={offer.limit}
+              room={offer.room}
+              plan={offer.plan}
+              systemPromptKept={offer.systemPromptKept}
+              onNewConversation={offerActions.newConversation}
+              onDrop={offerActions.drop}
+              onDismiss={offerActions.dismiss}
+            />
+          ) : null}
+          <Composer
+            running={runningAnswer !== undefined}
+            onSend={send}
+            onStop={() => runningAnswer && generation.stop(runningAnswer.id)}
+            onDraftChange={setDraft}
+            {...(carry ? { carry } : {})}
+          />
+          <ContextMeter used={budget.used} limit={budget.limit} withDraft={budget.withDraft} room={answerRoom(settings.maxTokens)} />
         </div>
       </main>
       <SettingsDialog
