@@ -141,6 +141,37 @@ def fill_until_offer(page: Page, frames: Frames, base: str, size: int, first_tag
     raise AssertionError("no overflow offer after 8 long messages")
 
 
+def edit_and_regenerate_are_checked(page: Page, frames: Frames, name: str) -> None:
+    """An edit or a regenerate that would overflow is held back the same way as a send."""
+    offer = page.get_by_role("alertdialog", name="This message would not fit")
+    draft = composer(page).input_value()
+    offer.get_by_role("button", name="Keep editing").click()
+    expect(offer).to_have_count(0)
+    sent = len(frames.generates())
+    question = page.locator("article.message.user").last
+    question.hover()
+    question.get_by_role("button", name="Edit and resend this message").click()
+    page.get_by_label("Edit your message").fill(draft + " " + draft)
+    page.get_by_role("button", name="Save and send").click()
+    expect(offer).to_be_visible()
+    assert len(frames.generates()) == sent, "an edit that overflows was sent"
+    offer.get_by_role("button", name="Keep editing").click()
+
+    # an answer of up to 600 tokens must fit whole: regenerating the last one does not
+    page.get_by_role("button", name="Settings").click()
+    page.get_by_role("dialog", name="Settings").get_by_label("Max tokens").fill("600")
+    page.keyboard.press("Escape")
+    page.get_by_role("button", name="Regenerate the answer").last.click()
+    expect(offer).to_contain_text("the answer needs at least 600")
+    assert len(frames.generates()) == sent, "a regenerate that overflows was sent"
+    shot(page, f"context-offer-regenerate-{name}")
+    offer.get_by_role("button", name="Keep editing").click()
+    page.get_by_role("button", name="Settings").click()
+    page.get_by_role("dialog", name="Settings").get_by_label("Max tokens").fill(str(MAX_TOKENS))
+    page.keyboard.press("Escape")
+    expect(composer(page)).to_have_value(draft)
+
+
 @pytest.mark.parametrize("viewport", list(VIEWPORTS))
 def test_meter_fit_and_overflow_offer(server: ServerProcess, open_page: OpenPage,
                                       viewport: str) -> None:
@@ -177,8 +208,11 @@ def test_meter_fit_and_overflow_offer(server: ServerProcess, open_page: OpenPage
     offer = page.get_by_role("alertdialog", name="This message would not fit")
     expect(offer).to_contain_text("Turn 1: “Say hello in three words.”")
     shot_both_schemes(page, f"context-offer-{viewport}")
+    edit_and_regenerate_are_checked(page, frames, viewport)
+    submit(page)  # the draft, once more: the offer is back
 
     # drop the oldest turns: the message goes, and its answer arrives whole
+    expect(offer).to_contain_text("Turn 1: “Say hello in three words.”")
     drop = offer.get_by_role("button", name="Drop the oldest")
     dropped_turns = offer.locator(".overflow-turns li").count()
     answers = page.locator("article.message.assistant").count()
