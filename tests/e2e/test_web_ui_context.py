@@ -162,6 +162,7 @@ def edit_and_regenerate_are_checked(page: Page, frames: Frames, name: str) -> No
     page.get_by_role("dialog", name="Settings").get_by_label("Max tokens").fill("600")
     page.keyboard.press("Escape")
     page.get_by_role("button", name="Regenerate the answer").last.click()
+    offer = page.get_by_role("alertdialog", name="A new answer would not fit")
     expect(offer).to_contain_text("the answer needs at least 600")
     assert len(frames.generates()) == sent, "a regenerate that overflows was sent"
     shot(page, f"context-offer-regenerate-{name}")

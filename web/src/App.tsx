@@ -332,6 +332,7 @@ export function App() {
           {settings.transport === 'ws' ? <ConnectionBanner connection={connection} onRetry={() => socket?.retryNow()} /> : null}
           {offer ? (
             <OverflowOffer
+              what={offer.action.type === 'regenerate' ? 'answer' : 'message'}
               promptTokens={offer.promptTokens}
               limit={offer.limit}
               room={offer.room}

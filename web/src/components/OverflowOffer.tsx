@@ -2,6 +2,8 @@ import { useEffect, useRef } from 'react';
 import type { DropPlan } from '../state/context';
 
 interface OverflowOfferProps {
+  /** What was held back: a message (send, edit) or a new answer (regenerate). */
+  what: 'message' | 'answer';
   promptTokens: number;
   limit: number;
   room: number;
@@ -21,16 +23,16 @@ function excerpt(text: string): string {
 }
 
 /** Shown instead of sending a message that would overflow the context: the ways on, explicit. */
-export function OverflowOffer({ promptTokens, limit, room, plan, systemPromptKept, onNewConversation, onDrop, onDismiss }: OverflowOfferProps) {
+export function OverflowOffer({ what, promptTokens, limit, room, plan, systemPromptKept, onNewConversation, onDrop, onDismiss }: OverflowOfferProps) {
   const first = useRef<HTMLButtonElement>(null);
   useEffect(() => first.current?.focus(), []);
   const turns = plan?.count ?? 0;
   return (
     <section className="overflow-offer" role="alertdialog" aria-labelledby="overflow-title" aria-describedby="overflow-why">
-      <h2 id="overflow-title">This message would not fit</h2>
+      <h2 id="overflow-title">{what === 'message' ? 'This message would not fit' : 'A new answer would not fit'}</h2>
       <p id="overflow-why">
-        The conversation with it is {format(promptTokens)} tokens; the model's context holds {format(limit)}, and the answer needs at least {format(room)}. It was not
-        sent.
+        The conversation {what === 'message' ? 'with it' : 'before the answer'} is {format(promptTokens)} tokens; the model's context holds {format(limit)}, and the
+        answer needs at least {format(room)}. {what === 'message' ? 'It was not sent.' : 'Nothing was asked.'}
       </p>
       {plan ? (
         <div className="overflow-drop">

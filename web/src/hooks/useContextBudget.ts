@@ -1,5 +1,5 @@
 /** The context a conversation may use, what it holds now, and exact counts of prompts to come. */
-import { useCallback, useEffect, useMemo, useState } from 'react';
+import { useCallback, useEffect, useMemo, useRef, useState } from 'react';
 import { contextTokensOf, countTokens } from '../api/tokens';
 import type { ToolSpec, TransportKind, WireMessage } from '../api/types';
 import { usedByConversation } from '../state/context';
@@ -11,7 +11,7 @@ import { serverBaseUrl } from './useTransport';
 const COUNT_DEBOUNCE_MS = 300;
 
 export interface ContextBudget {
-  /** Tokens one conversation may use (hello's `limits.context_tokens`, else `/v1/models`); null while unknown. */
+  /** Tokens one conversation may use (`/v1/models` `max_model_len`, else hello's `limits.context_tokens`); null while unknown. */
   limit: number | null;
   /** Tokens the conversation holds: with the draft when it is counted, else after its last answer. */
   used: number | null;
@@ -34,8 +34,7 @@ interface Options {
 export function useContextBudget({ kind, helloLimit, apiKey, model, tools, conversation, draftPrompt }: Options): ContextBudget {
   const [fetchedLimit, setFetchedLimit] = useState<number | null>(null);
   useEffect(() => {
-    // tokenpipe.v1 says it in hello; the HTTP transports ask /v1/models.
-    if (kind === 'ws') return;
+    // /v1/models says it per model (hello's limits are the default model's); hello is the fallback.
     let cancelled = false;
     void contextTokensOf(serverBaseUrl(), apiKey, model).then((tokens) => {
       if (!cancelled) setFetchedLimit(tokens);
@@ -44,7 +43,10 @@ export function useContextBudget({ kind, helloLimit, apiKey, model, tools, conve
       cancelled = true;
     };
   }, [kind, apiKey, model]);
-  const limit = kind === 'ws' ? (helloLimit ?? null) : fetchedLimit;
+  // While the socket reconnects there is no hello: the last one still holds.
+  const lastHello = useRef<number | undefined>(undefined);
+  if (helloLimit !== undefined) lastHello.current = helloLimit;
+  const limit = fetchedLimit ?? (kind === 'ws' ? (lastHello.current ?? null) : null);
 
   const count = useCallback(
     (messages: WireMessage[]) => countTokens(messages, { baseUrl: serverBaseUrl(), apiKey, ...(model ? { model } : {}), tools }),
