@@ -108,7 +108,7 @@ export function App() {
    * The prompt is counted first: one that would overflow the context is not sent, the
    * overflow offer says why and how on. `base`: the state to apply it to (just after a drop).
    */
-  const ask = useCallback(
+  const askNow = useCallback(
     async (action: AskAction, base?: ChatState): Promise<boolean> => {
       const { state: current, settings: s, budget: b } = latest.current;
       const start = base ?? current;
@@ -136,6 +136,21 @@ export function App() {
       return true;
     },
     [dispatch],
+  );
+
+  const asking = useRef(false);
+  const ask = useCallback(
+    async (action: AskAction, base?: ChatState): Promise<boolean> => {
+      // One check at a time: a second click while the first prompt is counted is ignored.
+      if (asking.current) return false;
+      asking.current = true;
+      try {
+        return await askNow(action, base);
+      } finally {
+        asking.current = false;
+      }
+    },
+    [askNow],
   );
 
   const send = useCallback(

@@ -1,4 +1,5 @@
 import { SendHorizontal, Square } from 'lucide-react';
+import { useDebounced } from '../hooks/useDebounced';
 import { useEffect, useLayoutEffect, useRef, useState, type KeyboardEvent } from 'react';
 
 /** True while an input method (Japanese, Chinese, …) is composing: Enter then picks a candidate. */
@@ -7,6 +8,8 @@ export function isImeComposing(event: KeyboardEvent<HTMLTextAreaElement>): boole
 }
 
 const MAX_HEIGHT_PX = 220;
+/** The draft goes to the context meter this long after the last key. */
+const DRAFT_REPORT_MS = 200;
 
 /** A touch screen without a mouse: phones and tablets. */
 export function coarsePointer(): boolean {
@@ -36,7 +39,10 @@ export function Composer({ running, onSend, onStop, onDraftChange, carry }: Comp
   const [touch] = useState(coarsePointer);
   const area = useRef<HTMLTextAreaElement>(null);
   useLayoutEffect(() => autosize(area.current), [text]);
-  useEffect(() => onDraftChange?.(text), [text, onDraftChange]);
+  // Reported once typing pauses (the page does not re-render per key); an emptied box at once.
+  const settled = useDebounced(text, DRAFT_REPORT_MS);
+  const reported = text.trim() === '' ? '' : settled;
+  useEffect(() => onDraftChange?.(reported), [reported, onDraftChange]);
   useEffect(() => {
     if (!carry) return;
     setText(carry.text);

@@ -7,8 +7,8 @@ import type { Conversation } from '../state/conversations';
 import { useDebounced } from './useDebounced';
 import { serverBaseUrl } from './useTransport';
 
-/** The draft is counted once typing pauses this long. */
-const COUNT_DEBOUNCE_MS = 300;
+/** The draft (already reported after a pause in typing) is counted once it has settled this long. */
+const COUNT_DEBOUNCE_MS = 100;
 
 export interface ContextBudget {
   /** Tokens one conversation may use (`/v1/models` `max_model_len`, else hello's `limits.context_tokens`); null while unknown. */
