@@ -13,12 +13,12 @@ import { useConversations } from './hooks/useConversations';
 import { useGeneration } from './hooks/useGeneration';
 import { useSettings } from './hooks/useSettings';
 import { useTransport } from './hooks/useTransport';
-import type { WireMessage } from './api/types';
 import { ContextMeter } from './components/ContextMeter';
 import { OverflowOffer } from './components/OverflowOffer';
 import { useContextBudget } from './hooks/useContextBudget';
 import { answerRoom, idsOf, overflows, planDrop, turnsBefore, type DropPlan } from './state/context';
-import { chatReducer, continuationOf, historyBefore, isRunning, type ChatAction, type ChatState, type Conversation, type Message } from './state/conversations';
+import { promptWithDraft, questionOf, restamped, type AskAction } from './state/asking';
+import { chatReducer, continuationOf, historyBefore, isRunning, type ChatAction, type ChatState, type Message } from './state/conversations';
 import { samplingParams, type Settings } from './state/settings';
 
 function newId(prefix: string): string {
@@ -35,8 +35,6 @@ function placeholderAnswer(now: number): Message {
   return { id: newId('a'), role: 'assistant', content: '', createdAt: now, status: 'waiting' };
 }
 
-type AskAction = Extract<ChatAction, { type: 'send' | 'edit' | 'regenerate' }>;
-
 /** A message held back because it would overflow, and the ways on. */
 interface Offer {
   action: AskAction;
@@ -45,27 +43,6 @@ interface Offer {
   room: number;
   plan: DropPlan | null;
   systemPromptKept: boolean;
-}
-
-/** The prompt if `draft` were sent now in `conversation` (or in a new one). */
-function promptWithDraft(conversation: Conversation | undefined, systemPrompt: string, draft: string): WireMessage[] {
-  const history = conversation ? historyBefore(conversation, '', systemPrompt) : systemPrompt.trim() ? [{ role: 'system' as const, content: systemPrompt }] : [];
-  return [...history, { role: 'user', content: draft }];
-}
-
-/** The question an answer-creating action asks, to carry into a new conversation. */
-function questionOf(action: AskAction, state: ChatState): string {
-  if (action.type !== 'regenerate') return action.user.content;
-  const path = state.conversations[action.conversationId]?.messages ?? [];
-  const index = action.messageId ? path.findIndex((m) => m.id === action.messageId) : path.length;
-  return path.slice(0, index).reverse().find((m) => m.role === 'user')?.content ?? '';
-}
-
-/** The same action, created at `now`. */
-function restamped(action: AskAction, now: number): AskAction {
-  const assistant = { ...action.assistant, createdAt: now };
-  if (action.type === 'regenerate') return { ...action, assistant, now };
-  return { ...action, user: { ...action.user, createdAt: now }, assistant, now };
 }
 
 export function App() {
