@@ -13,7 +13,12 @@ import { useConversations } from './hooks/useConversations';
 import { useGeneration } from './hooks/useGeneration';
 import { useSettings } from './hooks/useSettings';
 import { useTransport } from './hooks/useTransport';
-import { chatReducer, continuationOf, historyBefore, isRunning, type ChatAction, type Message } from './state/conversations';
+import { ContextMeter } from './components/ContextMeter';
+import { OverflowOffer } from './components/OverflowOffer';
+import { useContextBudget } from './hooks/useContextBudget';
+import { answerRoom, idsOf, overflows, planDrop, turnsBefore, type DropPlan } from './state/context';
+import { promptWithDraft, questionOf, restamped, type AskAction } from './state/asking';
+import { chatReducer, continuationOf, historyBefore, isRunning, type ChatAction, type ChatState, type Message } from './state/conversations';
 import { samplingParams, type Settings } from './state/settings';
 
 function newId(prefix: string): string {
@@ -30,6 +35,16 @@ function placeholderAnswer(now: number): Message {
   return { id: newId('a'), role: 'assistant', content: '', createdAt: now, status: 'waiting' };
 }
 
+/** A message held back because it would overflow, and the ways on. */
+interface Offer {
+  action: AskAction;
+  promptTokens: number;
+  limit: number;
+  room: number;
+  plan: DropPlan | null;
+  systemPromptKept: boolean;
+}
+
 export function App() {
   const [settings, updateSettings] = useSettings();
   const [state, dispatch] = useConversations();
@@ -43,26 +58,76 @@ export function App() {
   // memoised messages do not re-render because of them.
   const hello = connection.status === 'open' ? connection.hello : null;
   const models = settings.transport === 'ws' ? (hello?.models ?? null) : httpModels;
-  const latest = useRef({ state, settings, generation, models });
-  latest.current = { state, settings, generation, models };
-
   const active = state.activeId ? state.conversations[state.activeId] : undefined;
   const runningAnswer = active?.messages.find(isRunning);
 
-  /** Apply an action that creates an answer, then ask for that answer. */
-  const ask = useCallback(
-    (action: Extract<ChatAction, { type: 'send' | 'edit' | 'regenerate' }>) => {
-      const { state: current, settings: s, generation: g, models: known } = latest.current;
-      const next = chatReducer(current, action);
+  const [offer, setOffer] = useState<Offer | null>(null);
+  const [carry, setCarry] = useState<{ text: string; token: number } | undefined>(undefined);
+  const [draft, setDraft] = useState('');
+  const draftPrompt = useMemo(() => (draft.trim() ? promptWithDraft(active, settings.systemPrompt, draft) : null), [active, settings.systemPrompt, draft]);
+  const budget = useContextBudget({
+    kind: settings.transport,
+    helloLimit: hello?.limits?.context_tokens,
+    apiKey: settings.apiKey,
+    model: modelFor(settings, models),
+    tools: settings.tools,
+    conversation: active,
+    draftPrompt,
+  });
+  // An offer is about the conversation in view.
+  useEffect(() => setOffer(null), [state.activeId]);
+
+  const latest = useRef({ state, settings, generation, models, budget, offer });
+  latest.current = { state, settings, generation, models, budget, offer };
+
+  /**
+   * Apply an action that creates an answer, then ask for that answer; true if it was asked.
+   * The prompt is counted first: one that would overflow the context is not sent, the
+   * overflow offer says why and how on. `base`: the state to apply it to (just after a drop).
+   */
+  const askNow = useCallback(
+    async (action: AskAction, base?: ChatState): Promise<boolean> => {
+      const { state: current, settings: s, budget: b } = latest.current;
+      const start = base ?? current;
+      const next = chatReducer(start, action);
       const conversation = next.conversations[action.conversationId];
-      if (!conversation || next === current) return;
-      dispatch(action);
-      setFollowToken((t) => t + 1);
+      if (!conversation || next === start) return false;
       const messages = historyBefore(conversation, action.assistant.id, s.systemPrompt);
+      const tokens = b.limit ? await b.count(messages) : null;
+      if (b.limit && tokens !== null && overflows(tokens, b.limit, s.maxTokens)) {
+        const index = conversation.messages.findIndex((m) => m.id === action.assistant.id);
+        const turns = turnsBefore(conversation, Math.max(0, index - 1));
+        const countWithout = async (k: number) =>
+          (await b.count(historyBefore(conversation, action.assistant.id, s.systemPrompt, idsOf(turns, k)))) ?? Number.POSITIVE_INFINITY;
+        const plan = turns.length ? await planDrop(turns, countWithout, b.limit, s.maxTokens) : null;
+        const system = messages[0]?.role === 'system';
+        setOffer({ action, promptTokens: tokens, limit: b.limit, room: answerRoom(s.maxTokens), plan, systemPromptKept: system });
+        return false;
+      }
+      const { generation: g, models: known } = latest.current;
+      dispatch(action);
+      setOffer(null);
+      setFollowToken((t) => t + 1);
       const model = modelFor(s, known);
       g.start(conversation.id, action.assistant.id, { messages, params: samplingParams(s), ...(model ? { model } : {}) });
+      return true;
     },
     [dispatch],
+  );
+
+  const asking = useRef(false);
+  const ask = useCallback(
+    async (action: AskAction, base?: ChatState): Promise<boolean> => {
+      // One check at a time: a second click while the first prompt is counted is ignored.
+      if (asking.current) return false;
+      asking.current = true;
+      try {
+        return await askNow(action, base);
+      } finally {
+        asking.current = false;
+      }
+    },
+    [askNow],
   );
 
   const send = useCallback(
@@ -71,9 +136,39 @@ export function App() {
       const conversationId = latest.current.state.activeId ?? newId('c');
       const user: Message = { id: newId('u'), role: 'user', content: text, createdAt: now };
       const systemPrompt = latest.current.state.activeId ? undefined : latest.current.settings.systemPrompt;
-      ask({ type: 'send', conversationId, user, assistant: placeholderAnswer(now), now, ...(systemPrompt !== undefined ? { systemPrompt } : {}) });
+      return ask({ type: 'send', conversationId, user, assistant: placeholderAnswer(now), now, ...(systemPrompt !== undefined ? { systemPrompt } : {}) });
     },
     [ask],
+  );
+
+  /** The overflow offer's ways on: the draft to a new conversation, or the oldest turns dropped. */
+  const offerActions = useMemo(
+    () => ({
+      newConversation() {
+        const pending = latest.current.offer;
+        if (!pending) return;
+        setOffer(null);
+        dispatch({ type: 'new' });
+        setCarry({ text: questionOf(pending.action, latest.current.state), token: Date.now() });
+      },
+      drop() {
+        const pending = latest.current.offer;
+        if (!pending?.plan) return;
+        const now = Date.now();
+        const drop: ChatAction = { type: 'dropTurns', conversationId: pending.action.conversationId, messageIds: pending.plan.turns.flatMap((t) => t.ids), now };
+        const dropped = chatReducer(latest.current.state, drop);
+        dispatch(drop);
+        // The answer comes after the drop: its usage no longer counts the dropped turns.
+        void ask(restamped(pending.action, now + 1), dropped).then((sent) => {
+          if (sent && pending.action.type === 'send') setCarry({ text: '', token: Date.now() });
+        });
+      },
+      dismiss() {
+        setOffer(null);
+        document.getElementById('composer-input')?.focus();
+      },
+    }),
+    [ask, dispatch],
   );
 
   const actions: MessageActions = useMemo(
@@ -83,13 +178,13 @@ export function App() {
         if (!id) return;
         const now = Date.now();
         const user: Message = { id: newId('u'), role: 'user', content, createdAt: now };
-        ask({ type: 'edit', conversationId: id, messageId, user, assistant: placeholderAnswer(now), now });
+        void ask({ type: 'edit', conversationId: id, messageId, user, assistant: placeholderAnswer(now), now });
       },
       onRegenerate(messageId) {
         const id = latest.current.state.activeId;
         if (!id) return;
         const now = Date.now();
-        ask({ type: 'regenerate', conversationId: id, messageId, assistant: placeholderAnswer(now), now });
+        void ask({ type: 'regenerate', conversationId: id, messageId, assistant: placeholderAnswer(now), now });
       },
       onVersion(messageId, step) {
         const id = latest.current.state.activeId;
@@ -227,7 +322,27 @@ export function App() {
         <div className="composer-area">
           {state.undo ? <UndoToast key={state.undo.id} label={state.undo.label} onUndo={() => dispatch({ type: 'undo' })} onTimeout={() => state.undo && dispatch({ type: 'undo/dismiss', id: state.undo.id })} /> : null}
           {settings.transport === 'ws' ? <ConnectionBanner connection={connection} onRetry={() => socket?.retryNow()} /> : null}
-          <Composer running={runningAnswer !== undefined} onSend={send} onStop={() => runningAnswer && generation.stop(runningAnswer.id)} />
+          {offer ? (
+            <OverflowOffer
+              what={offer.action.type === 'regenerate' ? 'answer' : 'message'}
+              promptTokens={offer.promptTokens}
+              limit={offer.limit}
+              room={offer.room}
+              plan={offer.plan}
+              systemPromptKept={offer.systemPromptKept}
+              onNewConversation={offerActions.newConversation}
+              onDrop={offerActions.drop}
+              onDismiss={offerActions.dismiss}
+            />
+          ) : null}
+          <Composer
+            running={runningAnswer !== undefined}
+            onSend={send}
+            onStop={() => runningAnswer && generation.stop(runningAnswer.id)}
+            onDraftChange={setDraft}
+            {...(carry ? { carry } : {})}
+          />
+          <ContextMeter used={budget.used} limit={budget.limit} withDraft={budget.withDraft} room={answerRoom(settings.maxTokens)} />
         </div>
       </main>
       <SettingsDialog

@@ -1,5 +1,6 @@
 import { SendHorizontal, Square } from 'lucide-react';
-import { useLayoutEffect, useRef, useState, type KeyboardEvent } from 'react';
+import { useDebounced } from '../hooks/useDebounced';
+import { useEffect, useLayoutEffect, useRef, useState, type KeyboardEvent } from 'react';
 
 /** True while an input method (Japanese, Chinese, …) is composing: Enter then picks a candidate. */
 export function isImeComposing(event: KeyboardEvent<HTMLTextAreaElement>): boolean {
@@ -7,6 +8,8 @@ export function isImeComposing(event: KeyboardEvent<HTMLTextAreaElement>): boole
 }
 
 const MAX_HEIGHT_PX = 220;
+/** The draft goes to the context meter this long after the last key. */
+const DRAFT_REPORT_MS = 200;
 
 /** A touch screen without a mouse: phones and tablets. */
 export function coarsePointer(): boolean {
@@ -21,21 +24,41 @@ export function autosize(area: HTMLTextAreaElement | null): void {
 
 interface ComposerProps {
   running: boolean;
-  onSend(text: string): void;
+  /** Resolves false when the message was not sent (it would overflow): the text stays. */
+  onSend(text: string): boolean | Promise<boolean>;
   onStop(): void;
+  /** The text as it is typed (the context meter counts it). */
+  onDraftChange?(text: string): void;
+  /** Text to put in the box (a draft carried to a new conversation); a new `token` puts it again. */
+  carry?: { text: string; token: number };
 }
 
-export function Composer({ running, onSend, onStop }: ComposerProps) {
+export function Composer({ running, onSend, onStop, onDraftChange, carry }: ComposerProps) {
   const [text, setText] = useState('');
+  const [checking, setChecking] = useState(false);
   const [touch] = useState(coarsePointer);
   const area = useRef<HTMLTextAreaElement>(null);
   useLayoutEffect(() => autosize(area.current), [text]);
+  // Reported once typing pauses (the page does not re-render per key); an emptied box at once.
+  const settled = useDebounced(text, DRAFT_REPORT_MS);
+  const reported = text.trim() === '' ? '' : settled;
+  useEffect(() => onDraftChange?.(reported), [reported, onDraftChange]);
+  useEffect(() => {
+    if (!carry) return;
+    setText(carry.text);
+    area.current?.focus();
+  }, [carry]);
 
   const send = () => {
-    if (running || !text.trim()) return;
-    onSend(text);
-    setText('');
-    area.current?.focus();
+    if (running || checking || !text.trim()) return;
+    const sent = text;
+    setChecking(true);
+    // The prompt is counted first: a message that would overflow is not sent, and stays here.
+    void Promise.resolve(onSend(sent)).then((ok) => {
+      setChecking(false);
+      if (ok) setText((current) => (current === sent ? '' : current));
+      if (ok) area.current?.focus();
+    });
   };
 
   const onKeyDown = (event: KeyboardEvent<HTMLTextAreaElement>) => {
@@ -78,7 +101,7 @@ export function Composer({ running, onSend, onStop }: ComposerProps) {
           <Square aria-hidden="true" size={16} fill="currentColor" /> Stop
         </button>
       ) : (
-        <button type="submit" className="button-primary" disabled={!text.trim()} aria-label="Send message">
+        <button type="submit" className="button-primary" disabled={!text.trim() || checking} aria-label="Send message">
           <SendHorizontal aria-hidden="true" size={18} />
           <span className="label">Send</span>
         </button>

@@ -1,5 +1,6 @@
 import { useEffect, useLayoutEffect, useRef, useState } from 'react';
 import { versionsAt } from '../state/branches';
+import { isDropped } from '../state/context';
 import { isRunning, type Conversation, type Message } from '../state/conversations';
 import { SystemPromptView } from './SystemPromptView';
 import { MessageView, type MessageActions } from './MessageView';
@@ -23,6 +24,18 @@ function announcement(message: Message): string {
     default:
       return '';
   }
+}
+
+/** Runs of the path: messages dropped from the context go together, folded. */
+function groupDropped(conversation: Conversation): { dropped: boolean; indices: number[] }[] {
+  const groups: { dropped: boolean; indices: number[] }[] = [];
+  conversation.messages.forEach((message, index) => {
+    const dropped = isDropped(conversation, message.id);
+    const last = groups[groups.length - 1];
+    if (last && last.dropped === dropped) last.indices.push(index);
+    else groups.push({ dropped, indices: [index] });
+  });
+  return groups;
 }
 
 /** How close to the bottom (px) still counts as "following the answer". */
@@ -82,19 +95,32 @@ export function MessageList({ conversation, onSystemPrompt, actions, followToken
     <div className="message-scroller" ref={scroller} onScroll={onScroll}>
       <div className="message-list" ref={content} role="log" aria-label="Conversation" aria-live="off">
         {conversation.systemPrompt?.trim() ? <SystemPromptView text={conversation.systemPrompt} canChange={!anyRunning} onChange={onSystemPrompt} /> : null}
-        {messages.map((message, index) => {
-          const versions = versionsAt(conversation, index);
+        {groupDropped(conversation).map((group) => {
+          const views = group.indices.map((index) => {
+            const message = messages[index] as Message;
+            const versions = versionsAt(conversation, index);
+            return (
+              <MessageView
+                key={message.id}
+                message={message}
+                isLast={index === lastIndex}
+                canChange={!anyRunning && !group.dropped}
+                offline={offline && isRunning(message)}
+                version={versions.index + 1}
+                versionCount={versions.count}
+                actions={actions}
+              />
+            );
+          });
+          if (!group.dropped) return views;
+          const turns = group.indices.filter((i) => messages[i]?.role === 'user').length;
           return (
-            <MessageView
-              key={message.id}
-              message={message}
-              isLast={index === lastIndex}
-              canChange={!anyRunning}
-              offline={offline && isRunning(message)}
-              version={versions.index + 1}
-              versionCount={versions.count}
-              actions={actions}
-            />
+            <details key={`dropped-${messages[group.indices[0] ?? 0]?.id ?? ''}`} className="dropped-turns">
+              <summary>
+                {turns === 1 ? '1 earlier turn' : `${turns} earlier turns`} dropped from the model's context
+              </summary>
+              {views}
+            </details>
           );
         })}
       </div>

@@ -27,6 +27,8 @@ function NumberField(props: {
   step: number;
   integer?: boolean;
   placeholder?: string;
+  /** What an empty field means, in words. */
+  unsetLabel?: string;
   onChange(value: number | null): void;
 }) {
   // Keep the raw text so "0." can be typed; the parsed number is what is stored.
@@ -70,7 +72,7 @@ function NumberField(props: {
       {invalid ? (
         <small id={`${props.id}-error`} className="field-error" role="alert">
           Not saved: {props.integer ? 'a whole number ' : ''}
-          {range} is needed; the {props.value === null ? 'server default' : `saved value ${props.value}`} still applies.
+          {range} is needed; the {props.value === null ? (props.unsetLabel ?? 'server default') : `saved value ${props.value}`} still applies.
         </small>
       ) : null}
     </div>
@@ -198,13 +200,14 @@ export function SettingsDialog({ open, settings, maxTokensLimit, defaultMaxToken
                 <NumberField
                   id="max-tokens"
                   label="Max tokens"
-                  hint={maxTokensLimit ? `1 to ${maxTokensLimit}` : 'at least 1'}
+                  hint={`empty: fit (the server's default${defaultMaxTokens ? ` of ${defaultMaxTokens}` : ''}, or what still fits); else 1 to ${maxTokensLimit ?? '…'}, and it must fit whole`}
                   value={settings.maxTokens}
                   min={1}
                   max={maxTokensLimit}
                   step={1}
                   integer
-                  placeholder={defaultMaxTokens ? `server default (${defaultMaxTokens})` : undefined}
+                  placeholder="fit"
+                  unsetLabel="fit"
                   onChange={number('maxTokens')}
                 />
                 <NumberField id="seed" label="Seed" hint="same seed, same answer" value={settings.seed} min={0} step={1} integer onChange={number('seed')} />

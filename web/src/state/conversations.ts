@@ -4,6 +4,7 @@
  */
 import type { ApiError, FinishReason, TransportKind, WireMessage } from '../api/types';
 import { addVersion, allMessages, removeMessage, stepVersion, switchVersion } from './branches';
+import { withDropped } from './context';
 import { mergeCalls, type ToolCall, type ToolCallPiece } from './parts';
 
 export type AnswerStatus = 'waiting' | 'streaming' | 'done' | 'stopped' | 'error' | 'interrupted';
@@ -64,6 +65,10 @@ export interface Conversation {
   chosen?: Record<string, string>;
   /** This conversation's own system prompt, shown at its top. */
   systemPrompt?: string;
+  /** Messages dropped from the model's context (the oldest turns): shown folded, never sent. */
+  dropped?: string[];
+  /** When turns were last dropped (Date.now): answers before it counted them in their usage. */
+  droppedAt?: number;
 }
 
 /** What the Undo toast can bring back: the conversations as they were before. */
@@ -102,6 +107,8 @@ export type ChatAction =
   | { type: 'undo/dismiss'; id: number }
   | { type: 'version'; conversationId: string; messageId: string; step: -1 | 1 }
   | { type: 'systemPrompt'; conversationId: string; text: string }
+  /** Take these messages (the oldest turns) out of the context; they stay in view, folded. */
+  | { type: 'dropTurns'; conversationId: string; messageIds: string[]; now: number }
   | { type: 'send'; conversationId: string; user: Message; assistant: Message; now: number; systemPrompt?: string }
   /** `user` is the new version of the message `messageId`. */
   | { type: 'edit'; conversationId: string; messageId: string; user: Message; assistant: Message; now: number }
@@ -142,15 +149,18 @@ export function titleFrom(text: string): string {
 
 /**
  * The messages the model sees for the answer `beforeId`: the conversation's system prompt
- * (else `fallbackSystemPrompt`), then the branch in view before it, minus failed answers.
+ * (else `fallbackSystemPrompt`), then the branch in view before it, minus failed answers
+ * and the turns dropped from the context (and those in `skip`).
  */
-export function historyBefore(conversation: Conversation, beforeId: string, fallbackSystemPrompt = ''): WireMessage[] {
+export function historyBefore(conversation: Conversation, beforeId: string, fallbackSystemPrompt = '', skip?: ReadonlySet<string>): WireMessage[] {
   const history: WireMessage[] = [];
   const systemPrompt = conversation.systemPrompt ?? fallbackSystemPrompt;
   if (systemPrompt.trim()) history.push({ role: 'system', content: systemPrompt });
+  const dropped = new Set([...(conversation.dropped ?? []), ...(skip ?? [])]);
   for (const message of conversation.messages) {
     if (message.id === beforeId) break;
     if (message.role === 'assistant' && !message.content) continue;
+    if (dropped.has(message.id)) continue; // dropped from the context: shown, not sent
     history.push({ role: message.role, content: message.content });
   }
   return history;
@@ -296,6 +306,11 @@ export function chatReducer(state: ChatState, action: ChatAction): ChatState {
       const next = switchVersion(conversation, index, target);
       const title = index === 0 && next.messages[0] ? titleFrom(next.messages[0].content) : next.title;
       return replace(state, { ...next, title });
+    }
+    case 'dropTurns': {
+      const conversation = state.conversations[action.conversationId];
+      const next = conversation && !conversation.messages.some(isRunning) ? withDropped(conversation, action.messageIds, action.now) : conversation;
+      return next && next !== conversation ? replace(state, next) : state;
     }
     case 'systemPrompt': {
       const conversation = state.conversations[action.conversationId];

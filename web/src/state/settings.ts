@@ -7,6 +7,7 @@ export interface Settings {
   /** null: the server's default. */
   temperature: number | null;
   topP: number | null;
+  /** null: "fit", no max_tokens sent (the server's default, or what still fits); a number only when the user sets one. */
   maxTokens: number | null;
   seed: number | null;
   topK: number | null;
@@ -43,6 +44,8 @@ export const DEFAULT_SETTINGS: Settings = {
 };
 
 const KEY = 'tokenpipe.settings';
+/** 2: max tokens is "fit" unless set (records before it had no version). */
+export const SETTINGS_VERSION = 2;
 const TRANSPORTS: readonly TransportKind[] = ['ws', 'sse', 'rest', 'responses'];
 export const TOOL_CHOICES: readonly ToolChoice[] = ['auto', 'required', 'none'];
 const TOOL_NAME = /^[A-Za-z0-9_-]{1,64}$/;
@@ -50,6 +53,15 @@ const MAX_TOOLS = 128;
 
 function numberOrNull(value: unknown): number | null {
   return typeof value === 'number' && Number.isFinite(value) ? value : null;
+}
+
+/**
+ * A stored max tokens: a whole number of at least 1 the user set, else "fit" (null). Records
+ * of every earlier version stored the old default, "server default", as null (or nothing):
+ * they read as "fit"; whatever is not a valid count reads so too.
+ */
+export function maxTokensFrom(value: unknown): number | null {
+  return typeof value === 'number' && Number.isInteger(value) && value >= 1 ? value : null;
 }
 
 export function parseSettings(raw: string | null): Settings {
@@ -67,7 +79,7 @@ export function parseSettings(raw: string | null): Settings {
     systemPrompt: typeof v.systemPrompt === 'string' ? v.systemPrompt : '',
     temperature: numberOrNull(v.temperature),
     topP: numberOrNull(v.topP),
-    maxTokens: numberOrNull(v.maxTokens),
+    maxTokens: maxTokensFrom(v.maxTokens),
     seed: numberOrNull(v.seed),
     topK: numberOrNull(v.topK),
     minP: numberOrNull(v.minP),
@@ -91,7 +103,7 @@ export function loadSettings(): Settings {
 
 export function saveSettings(settings: Settings): void {
   try {
-    localStorage.setItem(KEY, JSON.stringify(settings));
+    localStorage.setItem(KEY, JSON.stringify({ ...settings, version: SETTINGS_VERSION }));
   } catch {
     // storage unavailable: settings last for this page only
   }

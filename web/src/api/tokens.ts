@@ -1,0 +1,80 @@
+/**
+ * Exact token counts from the server: `POST /v1/messages/count_tokens` (Anthropic's route;
+ * the prompt counted as a generation renders it, with the engine's chat template and
+ * tokenizer) and the context a model has (`GET /v1/models`, `max_model_len`).
+ */
+import type { ToolSpec, WireMessage } from './types';
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** The key travels as Anthropic's header here: the route takes `x-api-key` (or a bearer). */
+function headers(apiKey: string | undefined): Record<string, string> {
+  const key = apiKey?.trim();
+  return { 'Content-Type': 'application/json', ...(key ? { 'x-api-key': key } : {}) };
+}
+
+/** The page's prompt in Anthropic's shape: the system prompt apart, tools with input_schema. */
+export function countTokensBody(messages: WireMessage[], model?: string, tools: ToolSpec[] = []): Record<string, unknown> {
+  const system = messages.filter((m) => m.role === 'system').map((m) => m.content).join('\n');
+  return {
+    ...(model ? { model } : {}),
+    ...(system ? { system } : {}),
+    messages: messages.filter((m) => m.role !== 'system').map((m) => ({ role: m.role, content: m.content })),
+    ...(tools.length
+      ? {
+          tools: tools.map((t) => ({
+            name: t.function.name,
+            ...(t.function.description ? { description: t.function.description } : {}),
+            input_schema: t.function.parameters ?? { type: 'object' },
+          })),
+        }
+      : {}),
+  };
+}
+
+export interface CountOptions {
+  baseUrl: string;
+  apiKey?: string;
+  model?: string;
+  tools?: ToolSpec[];
+  signal?: AbortSignal;
+  fetch?: typeof fetch;
+}
+
+/** The prompt's tokens; null where the server cannot count (no route, no tokenizer, refused). */
+export async function countTokens(messages: WireMessage[], options: CountOptions): Promise<number | null> {
+  // Anthropic's route takes a conversation that ends with a question.
+  if (messages[messages.length - 1]?.role !== 'user') return null;
+  const fetchImpl = options.fetch ?? fetch;
+  try {
+    const response = await fetchImpl(`${options.baseUrl}/v1/messages/count_tokens`, {
+      method: 'POST',
+      headers: headers(options.apiKey),
+      body: JSON.stringify(countTokensBody(messages, options.model, options.tools)),
+      ...(options.signal ? { signal: options.signal } : {}),
+    });
+    if (!response.ok) return null;
+    const body: unknown = await response.json();
+    return isRecord(body) && typeof body.input_tokens === 'number' ? body.input_tokens : null;
+  } catch {
+    return null;
+  }
+}
+
+/** The context one conversation of `model` (else the first model) may use, from `/v1/models`. */
+export async function contextTokensOf(baseUrl: string, apiKey?: string, model?: string, fetchImpl: typeof fetch = fetch): Promise<number | null> {
+  try {
+    const key = apiKey?.trim();
+    const response = await fetchImpl(`${baseUrl}/v1/models`, { headers: key ? { Authorization: `Bearer ${key}` } : {} });
+    if (!response.ok) return null;
+    const body: unknown = await response.json();
+    if (!isRecord(body) || !Array.isArray(body.data)) return null;
+    const cards = body.data.filter(isRecord);
+    const card = cards.find((c) => c.id === model) ?? cards[0];
+    return card && typeof card.max_model_len === 'number' ? card.max_model_len : null;
+  } catch {
+    return null;
+  }
+}
