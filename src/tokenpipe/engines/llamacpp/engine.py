@@ -326,7 +326,8 @@ class LlamaCppEngine(Engine):
             budget = min(budget, PROMPT_CHUNK)
         for seq in active:
             if seq.todo and seq.donor is None and budget > 0:
-                chunk, seq.todo = seq.todo[:budget], seq.todo[budget:]
+                take = min(budget, PROMPT_CHUNK)  # a long prompt in steps: progress between
+                chunk, seq.todo = seq.todo[:take], seq.todo[take:]
                 last = len(chunk) - 1 if not seq.todo else -1
                 rows.extend((seq, token, seq.n_past + i, i == last)
                             for i, token in enumerate(chunk))
