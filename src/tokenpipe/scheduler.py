@@ -37,6 +37,7 @@ from .text import ReasoningSplitter, StopMatcher
 from .types import (
     EngineFinish,
     EngineParts,
+    EngineProgress,
     EngineStart,
     EngineText,
     FinishReason,
@@ -382,6 +383,8 @@ class Scheduler:
                     return
                 elif isinstance(event, EngineStart) and event.prompt_tokens is not None:
                     session.prompt_tokens = event.prompt_tokens
+                elif isinstance(event, EngineProgress):
+                    session.set_progress(event.done, event.total)
             raise EngineError("the engine stream ended without a finish")
         finally:
             # Closing the engine's stream is what stops its compute (cancel, stop, error).

@@ -303,7 +303,8 @@ class JsonConnection:
 
     def _adopt(self, stream_id: str, session: GenerationSession, after_seq: int,
                held: Held | None) -> None:
-        cursor = session.cursor(after_seq, on_news=lambda: self._mark(stream_id))
+        cursor = session.cursor(after_seq, on_news=lambda: self._mark(stream_id),
+                                progress=True)
         self.streams[stream_id] = _Stream(session, cursor, wire.EventText(stream_id))
         if held is not None:
             held.reader, held.stream_id, held.cursor = self, stream_id, cursor
