@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable
 
 from .engines.base import PreparedRequest
 from .errors import TokenpipeError
+from .metrics import APIS
 from .types import (
     Delta,
     Event,
@@ -46,10 +47,14 @@ class State(enum.Enum):
 
 class GenerationSession:
     def __init__(
-        self, prepared: PreparedRequest | None, model: str, *, resumable: bool = False
+        self, prepared: PreparedRequest | None, model: str, *, resumable: bool = False,
+        api: str = "other",
     ) -> None:
+        if api not in APIS:  # a fixed set: the metrics' `api` label
+            raise ValueError(f"api must be one of {APIS}, not {api!r}")
         self._prepared = prepared
         self.model = model
+        self.api = api  # the door it came in by (metrics.APIS)
         self.loading = False  # queued while its model loads (load on demand)
         self.resumable = resumable
         self.stream_token = secrets.token_urlsafe(24) if resumable else None
@@ -75,10 +80,11 @@ class GenerationSession:
         self.done = asyncio.Event()
 
     @classmethod
-    def loading_model(cls, model: str, *, resumable: bool = False) -> GenerationSession:
+    def loading_model(cls, model: str, *, resumable: bool = False,
+                      api: str = "other") -> GenerationSession:
         """A session whose model is being loaded: queued, `loading`, its request prepared
         (attach()) once the model is in memory."""
-        session = cls(None, model, resumable=resumable)
+        session = cls(None, model, resumable=resumable, api=api)
         session.loading = True
         return session
 

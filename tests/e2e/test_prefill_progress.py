@@ -1,8 +1,9 @@
-"""Prefill progress before the first token (#18 item 5): a prompt of more than one chunk
-reports its tokens processed, on tokenpipe.v1 as `progress` frames and on the HTTP doors
-as `: prefill N/M` SSE comments that the SDKs skip; a short prompt sends nothing new.
-The real bundled model (llama.cpp) for what the engine reports; the fake engine's
-`[[prefill_ms=N]]` for what the doors make of it (the SDKs, Anthropic, Responses)."""
+"""Prefill progress before the first token, and metrics by API (#18 items 5, 6): a prompt
+of more than one chunk reports its tokens processed, on tokenpipe.v1 as `progress` frames
+and on the HTTP doors as `: prefill N/M` SSE comments that the SDKs skip; a short prompt
+sends nothing new; every request metric names the door (`api`). The real bundled model
+(llama.cpp) for what the engine reports and counts; the fake engine's `[[prefill_ms=N]]`
+for what the doors make of it (the SDKs, Anthropic, Responses)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import websockets
 
 from tests.conftest import ServerProcess
 from tokenpipe.engines.fake import SCRIPT, fake_token_bytes, fake_tokenize
+from tokenpipe.metrics import APIS
 
 pytestmark = [pytest.mark.e2e]
 
@@ -107,6 +109,49 @@ def test_openai_sse_gets_prefill_comments_before_the_first_chunk(
     short = sse_lines(model_server, "/v1/chat/completions", {**body, "messages": [
         {"role": "user", "content": "Say hi."}]})
     assert not [line for line in short if PREFILL.match(line)], short
+
+
+REQUEST_METRICS = ("tokenpipe_tokens_generated_total", "tokenpipe_prompt_tokens_total",
+                   "tokenpipe_generations_finished_total", "tokenpipe_cancellations_total",
+                   "tokenpipe_errors_total", "tokenpipe_time_to_first_token_seconds",
+                   "tokenpipe_inter_token_latency_seconds")
+SAMPLE = re.compile(r"^(tokenpipe_[a-z_]+?)(_bucket|_count|_sum|_created)?\{([^}]*)\} (\S+)$")
+
+
+def request_samples(server: ServerProcess) -> dict[tuple[str, str, str], float]:
+    """Each request metric's samples by (name, api, its other labels), checking that every
+    one of them carries an `api` of the fixed set."""
+    out: dict[tuple[str, str, str], float] = {}
+    for line in httpx.get(server.url + "/metrics").text.splitlines():
+        m = SAMPLE.match(line)
+        if m is None or m[1] not in REQUEST_METRICS or m[2] == "_created":
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m[3]))
+        api = labels.pop("api", None)
+        assert api in APIS, line
+        out[(m[1] + (m[2] or ""), api, str(sorted(labels.items())))] = float(m[4])
+    return out
+
+
+def count(samples: dict[tuple[str, str, str], float], name: str, api: str) -> float:
+    return sum(v for (n, a, _), v in samples.items() if n == name and a == api)
+
+
+@pytest.mark.model
+async def test_request_metrics_are_labelled_by_the_door(model_server: ServerProcess) -> None:
+    before = request_samples(model_server)
+    frames = await v1_frames(model_server, "Say hi.")
+    assert frames[-1]["type"] == "end"
+    sdk = openai.OpenAI(base_url=model_server.url + "/v1", api_key="unused", max_retries=0)
+    sdk.chat.completions.create(model="SmolLM2-135M-Instruct", max_tokens=3,
+                                messages=[{"role": "user", "content": "Say hi."}])
+    after = request_samples(model_server)
+    for api in ("ws", "openai_chat"):
+        for name in ("tokenpipe_generations_finished_total",
+                     "tokenpipe_time_to_first_token_seconds_count"):
+            assert count(after, name, api) == count(before, name, api) + 1, (name, api)
+        for name in ("tokenpipe_tokens_generated_total", "tokenpipe_prompt_tokens_total"):
+            assert count(after, name, api) > count(before, name, api), (name, api)
 
 
 # ---- the doors, on the fake engine's scripted prefill ----------------------------------------

@@ -13,6 +13,7 @@ every error as FastAPI did. Without `lean_routes()` in the app, FastAPI's routes
 from __future__ import annotations
 
 import email.message
+import functools
 import json
 import logging
 import time
@@ -189,11 +190,13 @@ async def start(runtime: Runtime, body: Body, render: Render) -> Response:
     if n > limit:
         return error_response(BadRequest(f"n ({n}) is above this server's limit of {limit} "
                                          "choices (--max-n)", param="n"))
+    api = "openai_chat" if isinstance(body, ChatCompletionRequest) else "openai_completions"
     try:
         if n > 1:
-            sessions = await start_choices(runtime.models.start, body.to_request(), n)
+            sessions = await start_choices(functools.partial(runtime.models.start, api=api),
+                                           body.to_request(), n)
         else:
-            session = await runtime.models.start(body.to_request())
+            session = await runtime.models.start(body.to_request(), api=api)
     except TokenpipeError as exc:  # in the names this client sent
         return error_response(exc, {"max_tokens": body.max_tokens_param})
     if n > 1:

@@ -137,7 +137,7 @@ class JsonConnection:
     def send(self, frame: dict[str, Any]) -> None:
         """Queues a frame that is not a session event (hello, pong, rejected frames)."""
         if frame["type"] == "error":
-            self.runtime.metrics.errors.labels(frame["code"]).inc()
+            self.runtime.metrics.errors.labels(frame["code"], "ws").inc()
         try:
             text = wire.dumps(frame)
         except (ValueError, TypeError, RecursionError):  # never expected: parse refuses it
@@ -276,7 +276,8 @@ class JsonConnection:
             raise TooManyStreams(
                 f"at most {self.settings.max_streams_per_connection} generations per connection"
             )
-        session = await self.runtime.models.start(frame.to_request(), resumable=frame.resumable)
+        session = await self.runtime.models.start(frame.to_request(), resumable=frame.resumable,
+                                                  api="ws")
         held = None
         if session.resumable:
             held = Held(session, frame.id)
