@@ -27,7 +27,6 @@ from ...logprobs import token_logprob
 from ...types import (
     EngineEvent,
     EngineFinish,
-    EngineProgress,
     EngineStart,
     EngineText,
     FinishReason,
@@ -46,6 +45,7 @@ from ..base import (
 )
 from . import decode_steps, exact
 from .context import Context
+from .progress import progress
 from .sampler import make_sampler
 from .slots import Seq, Slots
 from .vocab import Vocab
@@ -310,7 +310,8 @@ class LlamaCppEngine(Engine):
             group = [row for row in group if row[0] in active]  # not failed or finished
             if group:
                 outbox.extend(self._decode(group, active))
-        hand_over([*_progress(rows), *outbox])  # a prompt's progress before its first token
+        # a long prompt's progress, before its first token
+        hand_over([*progress(rows, PROMPT_CHUNK), *outbox])
 
     def _plan(self, active: list[Seq]) -> list[_Row]:
         """This step's rows: the sampled token of every decoding sequence, then chunks of
@@ -429,17 +430,3 @@ class LlamaCppEngine(Engine):
         engine = cls(replace(options, parallel=max(sizes)))
         return decode_steps.time_decode_steps(engine, sizes, rounds=rounds, steps=steps,
                                               prompt_tokens=prompt_tokens)
-
-
-def _progress(rows: list[_Row]) -> list[tuple[Seq, list[EngineEvent | BaseException]]]:
-    """EngineProgress of each prompt this step advanced that takes more than one chunk
-    (short prompts send none): its tokens in the cache, of its length. A sequence's rows
-    are consecutive (sorted by slot); a row before the prompt's end is a prompt token."""
-    out: list[tuple[Seq, list[EngineEvent | BaseException]]] = []
-    last = None
-    for seq, _, pos, _ in rows:
-        if seq is not last and pos < len(seq.prompt) and (
-                len(seq.prompt) - seq.cached > PROMPT_CHUNK):
-            out.append((seq, [EngineProgress(seq.n_past, len(seq.prompt))]))
-        last = seq
-    return out
