@@ -289,7 +289,7 @@ class Cursor:
         self.after = after_seq
         self._on_news = on_news
         self._progress = progress
-        self._sent_done = 0  # the prefill progress last sent
+        self._sent_done = -1  # the prefill progress last sent (0 is news: it began)
         self._news = asyncio.Event()
         self._woken = False
         self._sent_position = 0
