@@ -15,10 +15,11 @@ import pytest
 from tests.conftest import chat, close_after_texts
 from tokenpipe.config import engine_class
 from tokenpipe.constrain.grammars import schema_text
-from tokenpipe.engines.base import Engine, EngineOptions, bundled_model_path
+from tokenpipe.engines.base import PROGRESS_TOKENS, Engine, EngineOptions, bundled_model_path
 from tokenpipe.errors import BadRequest, ContextOverflow
 from tokenpipe.types import (
     EngineFinish,
+    EngineProgress,
     EngineStart,
     EngineText,
     FinishReason,
@@ -79,6 +80,26 @@ async def test_stream_has_start_text_finish_and_usage(engine: Engine) -> None:
     assert finish.usage.prompt_tokens == prompt_tokens
     assert 1 <= finish.usage.completion_tokens <= 24
     assert finish.reason in (FinishReason.STOP, FinishReason.LENGTH)
+
+
+async def test_a_long_prompt_reports_its_prefill_before_the_first_text(engine: Engine) -> None:
+    """A prompt of more than PROGRESS_TOKENS: rising progress up to all of it, then text
+    (the short prompts above send none: run() checks their shape). The fake engine's
+    scripted prefill takes its directive."""
+    lines = " ".join(f"Line {i}: the river runs past the old mill." for i in range(45))
+    directive = "[[prefill_ms=1]][[tokens=3]] " if engine.info.name == "fake" else ""
+    prepared = engine.prepare(chat(f"{directive}[{os.urandom(8).hex()}] {lines}",
+                                   max_tokens=3), 64)
+    total = prepared.prompt_tokens
+    assert PROGRESS_TOKENS < total < 2 * PROGRESS_TOKENS + 200
+    events = [e async for e in engine.stream(prepared)]
+    first_text = next(i for i, e in enumerate(events) if isinstance(e, EngineText))
+    progress = [(i, e) for i, e in enumerate(events) if isinstance(e, EngineProgress)]
+    assert len(progress) >= 2 and all(i < first_text for i, _ in progress), events[:6]
+    done = [e.done for _, e in progress]
+    assert done == sorted(set(done)) and done[-1] == total, done
+    assert all(e.total == total for _, e in progress)
+    assert isinstance(events[-1], EngineFinish) and events[-1].usage.prompt_tokens == total
 
 
 async def test_greedy_is_deterministic(engine: Engine) -> None:

@@ -1,4 +1,6 @@
-"""Prometheus metrics, one registry per server (several apps can live in one process)."""
+"""Prometheus metrics, one registry per server (several apps can live in one process).
+Every metric of requests and their streams carries `api`, the door the request came in by:
+one of APIS, a fixed set (docs/configuration.md lists it)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,9 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 TOKEN_GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
+# The doors, as the `api` label names them; "other": a session no door started (tests)
+APIS = ("ws", "plain", "openai_chat", "openai_completions", "anthropic", "responses",
+        "ollama_chat", "ollama_generate", "other")
 
 
 class Metrics:
@@ -24,23 +29,24 @@ class Metrics:
                             "Generations waiting for a place on the engine", ["model"],
                             registry=r)
         self.ttft = Histogram("tokenpipe_time_to_first_token_seconds",
-                              "From request to first text, queue time included",
-                              buckets=LATENCY_BUCKETS, registry=r)
+                              "From request to first text, queue time included, by API",
+                              ["api"], buckets=LATENCY_BUCKETS, registry=r)
         self.itl = LoopHistogram("tokenpipe_inter_token_latency_seconds",
-                                 "Time between consecutive pieces of text of one generation",
-                                 TOKEN_GAP_BUCKETS, r)
+                                 "Time between consecutive pieces of text of one generation, "
+                                 "by API", TOKEN_GAP_BUCKETS, r)
         self.tokens = Counter("tokenpipe_tokens_generated",
-                              "Completion tokens generated", registry=r)
+                              "Completion tokens generated, by API", ["api"], registry=r)
         self.prompt_tokens = Counter("tokenpipe_prompt_tokens",
-                                     "Prompt tokens of admitted generations", registry=r)
-        self.finished = Counter("tokenpipe_generations_finished",
-                                "Generations that ended with an end frame, by finish_reason",
-                                ["finish_reason"], registry=r)
-        self.cancellations = Counter("tokenpipe_cancellations",
-                                     "Generations cancelled (by cancel, disconnect or expiry)",
+                                     "Prompt tokens of admitted generations, by API", ["api"],
                                      registry=r)
-        self.errors = Counter("tokenpipe_errors", "Errors sent to clients, by code", ["code"],
-                              registry=r)
+        self.finished = Counter("tokenpipe_generations_finished",
+                                "Generations that ended with an end frame, by finish_reason "
+                                "and API", ["finish_reason", "api"], registry=r)
+        self.cancellations = Counter("tokenpipe_cancellations",
+                                     "Generations cancelled (by cancel, disconnect or expiry), "
+                                     "by API", ["api"], registry=r)
+        self.errors = Counter("tokenpipe_errors", "Errors sent to clients, by code and API",
+                              ["code", "api"], registry=r)
         self.connections = Gauge("tokenpipe_connections", "Open connections, by protocol",
                                  ["protocol"], registry=r)
         self.engines = EngineCounters(r)
@@ -55,28 +61,48 @@ class Metrics:
 class LoopHistogram:
     """A histogram observed once per token on the event loop: a bisect and two additions,
     no lock (prometheus_client's Histogram takes a lock and a counter object per bucket,
-    several microseconds a token). Only the loop's thread observes or collects it."""
+    several microseconds a token). Only the loop's thread observes or collects it. One
+    series per `api`: a generation takes its child once (`labels(api)`), then observes."""
 
     def __init__(self, name: str, documentation: str, buckets: Sequence[float],
                  registry: CollectorRegistry) -> None:
         self.name = name
         self.documentation = documentation
         self.bounds = tuple(buckets)
-        self.counts = [0] * (len(self.bounds) + 1)  # the last one: above every bound
-        self.sum = 0.0
+        self.children: dict[str, LoopSeries] = {}
         registry.register(self)
+
+    def labels(self, api: str) -> LoopSeries:
+        child = self.children.get(api)
+        if child is None:
+            child = self.children[api] = LoopSeries(self.bounds)
+        return child
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=["api"])
+        for api, child in self.children.items():
+            cumulative, total = [], 0
+            for bound, count in zip((*map(str, self.bounds), "+Inf"), child.counts,
+                                    strict=True):
+                total += count
+                cumulative.append((bound, total))
+            family.add_metric([api], cumulative, child.sum)
+        yield family
+
+
+class LoopSeries:
+    """One label's series of a LoopHistogram."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one: above every bound
+        self.sum = 0.0
 
     def observe(self, value: float) -> None:
         self.counts[bisect_left(self.bounds, value)] += 1  # le: value <= bound
         self.sum += value
-
-    def collect(self) -> Iterator[Metric]:
-        cumulative, total = [], 0
-        for bound, count in zip((*map(str, self.bounds), "+Inf"), self.counts, strict=True):
-            total += count
-            cumulative.append((bound, total))
-        yield HistogramMetricFamily(self.name, self.documentation, buckets=cumulative,
-                                    sum_value=self.sum)
 
 
 class EngineCounters:

@@ -37,6 +37,7 @@ from .text import ReasoningSplitter, StopMatcher
 from .types import (
     EngineFinish,
     EngineParts,
+    EngineProgress,
     EngineStart,
     EngineText,
     FinishReason,
@@ -111,7 +112,8 @@ class Scheduler:
                 f"{self.max_tokens}", param="max_tokens")
 
     async def start(self, request: GenerationRequest, *, resumable: bool = False,
-                    into: GenerationSession | None = None) -> GenerationSession:
+                    into: GenerationSession | None = None, api: str = "other"
+                    ) -> GenerationSession:
         """submit() (`into`: a session made while the model loaded), with a long prompt
         templated and tokenized in a worker thread (a megabyte of text takes the tokenizer
         a good part of a second, which on the event loop would stall every other stream),
@@ -126,7 +128,7 @@ class Scheduler:
         if _prompt_chars(request) > INLINE_PROMPT_CHARS or constrained(request):
             prepared = await asyncio.to_thread(self.engine.prepare, request,
                                                self.default_max_tokens)
-        return self.submit(request, resumable=resumable, prepared=prepared, into=into)
+        return self.submit(request, resumable=resumable, prepared=prepared, into=into, api=api)
 
     def _with_defaults(self, request: GenerationRequest) -> GenerationRequest:
         params = with_defaults(request.params, self.sampling_defaults)
@@ -149,9 +151,11 @@ class Scheduler:
 
     def submit(self, request: GenerationRequest, *, resumable: bool = False,
                prepared: PreparedRequest | None = None,
-               into: GenerationSession | None = None) -> GenerationSession:
+               into: GenerationSession | None = None, api: str = "other"
+               ) -> GenerationSession:
         """Checks the request and starts it (or queues it). Raises before anything runs.
-        `into`: the session to run it in (made while its model loaded), else a new one."""
+        `into`: the session to run it in (made while its model loaded), else a new one;
+        `api`: the door it came in by (its metrics' label)."""
         if self._closing:
             raise ShuttingDown("the server is shutting down")
         if prepared is None:
@@ -165,7 +169,7 @@ class Scheduler:
                 param="prompt" if request.prompt is not None else "messages")
         if into is None:
             session = GenerationSession(prepared, self.engine.info.model_id,
-                                        resumable=resumable)
+                                        resumable=resumable, api=api)
         else:
             session = into
             session.attach(prepared, self.engine.info.model_id)
@@ -290,17 +294,18 @@ class Scheduler:
         m = self.metrics
         if m is None or final is None:
             return
-        m.tokens.inc(usage.completion_tokens)
+        api = session.api
+        m.tokens.labels(api).inc(usage.completion_tokens)
         if session.started_at is not None:
-            m.prompt_tokens.inc(usage.prompt_tokens)
+            m.prompt_tokens.labels(api).inc(usage.prompt_tokens)
         if session.first_token_at is not None:
-            m.ttft.observe(session.first_token_at - session.created)
+            m.ttft.labels(api).observe(session.first_token_at - session.created)
         if isinstance(final, Failed):
-            m.errors.labels(final.error.code).inc()
+            m.errors.labels(final.error.code, api).inc()
         else:
-            m.finished.labels(final.reason.value).inc()
+            m.finished.labels(final.reason.value, api).inc()
             if final.reason is FinishReason.CANCELLED:
-                m.cancellations.inc()
+                m.cancellations.labels(api).inc()
 
     async def _generate(self, session: GenerationSession) -> None:
         prepared = session.prepared
@@ -338,7 +343,7 @@ class Scheduler:
         session.mark_started(prepared.prompt_tokens or None)
         stream = self.engine.stream(prepared)
         try:
-            itl = self.metrics.itl if self.metrics is not None else None
+            itl = self.metrics.itl.labels(session.api) if self.metrics is not None else None
             last = 0.0  # the first text has no gap before it (that is time to first token)
             async for event in stream:
                 if isinstance(event, EngineText):
@@ -382,6 +387,8 @@ class Scheduler:
                     return
                 elif isinstance(event, EngineStart) and event.prompt_tokens is not None:
                     session.prompt_tokens = event.prompt_tokens
+                elif isinstance(event, EngineProgress):
+                    session.set_progress(event.done, event.total)
             raise EngineError("the engine stream ended without a finish")
         finally:
             # Closing the engine's stream is what stops its compute (cancel, stop, error).

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable
 
 from .engines.base import PreparedRequest
 from .errors import TokenpipeError
+from .metrics import APIS
 from .types import (
     Delta,
     Event,
@@ -27,14 +28,15 @@ from .types import (
     Finished,
     FinishReason,
     Part,
+    Progress,
     Queued,
     Started,
     Timing,
     Usage,
 )
 
-__all__ = ["Cursor", "Delta", "Event", "Failed", "Finished", "GenerationSession", "Queued",
-           "Started", "State"]
+__all__ = ["Cursor", "Delta", "Event", "Failed", "Finished", "GenerationSession", "Progress",
+           "Queued", "Started", "State"]
 
 
 class State(enum.Enum):
@@ -45,10 +47,14 @@ class State(enum.Enum):
 
 class GenerationSession:
     def __init__(
-        self, prepared: PreparedRequest | None, model: str, *, resumable: bool = False
+        self, prepared: PreparedRequest | None, model: str, *, resumable: bool = False,
+        api: str = "other",
     ) -> None:
+        if api not in APIS:  # a fixed set: the metrics' `api` label
+            raise ValueError(f"api must be one of {APIS}, not {api!r}")
         self._prepared = prepared
         self.model = model
+        self.api = api  # the door it came in by (metrics.APIS)
         self.loading = False  # queued while its model loads (load on demand)
         self.resumable = resumable
         self.stream_token = secrets.token_urlsafe(24) if resumable else None
@@ -56,6 +62,7 @@ class GenerationSession:
         self.state = State.QUEUED
         self.position = 0
         self.prompt_tokens: int | None = None
+        self.progress: Progress | None = None  # a long prompt's prefill so far
         self.completion_tokens = 0
         self.cached_tokens = 0
         self.reasoning_tokens = 0
@@ -73,10 +80,11 @@ class GenerationSession:
         self.done = asyncio.Event()
 
     @classmethod
-    def loading_model(cls, model: str, *, resumable: bool = False) -> GenerationSession:
+    def loading_model(cls, model: str, *, resumable: bool = False,
+                      api: str = "other") -> GenerationSession:
         """A session whose model is being loaded: queued, `loading`, its request prepared
         (attach()) once the model is in memory."""
-        session = cls(None, model, resumable=resumable)
+        session = cls(None, model, resumable=resumable, api=api)
         session.loading = True
         return session
 
@@ -100,6 +108,10 @@ class GenerationSession:
         self.state = State.RUNNING
         self.started_at = time.perf_counter()
         self.prompt_tokens = prompt_tokens
+        self._notify()
+
+    def set_progress(self, done: int, total: int) -> None:
+        self.progress = Progress(done, total)
         self._notify()
 
     def add_text(self, text: str, tokens: int) -> None:
@@ -142,13 +154,14 @@ class GenerationSession:
         if self.final is None and self._cancel is not None:
             self._cancel()
 
-    def cursor(self, after_seq: int = -1,
-               on_news: Callable[[], None] | None = None) -> Cursor:
+    def cursor(self, after_seq: int = -1, on_news: Callable[[], None] | None = None, *,
+               progress: bool = False) -> Cursor:
         """The session's reader from `after_seq` on (the previous reader is told nothing
-        more); `on_news` is called, on the loop, whenever there is something to take.
+        more); `on_news` is called, on the loop, whenever there is something to take;
+        `progress`: it is told of a long prompt's prefill (Progress) before the first delta.
         ValueError as check_after() says."""
         self.check_after(after_seq)
-        self._reader = Cursor(self, after_seq, on_news)
+        self._reader = Cursor(self, after_seq, on_news, progress)
         return self._reader
 
     def check_after(self, after_seq: int) -> None:
@@ -271,10 +284,12 @@ class Cursor:
     was away comes merged into one delta (`merge=False`: one delta per engine piece)."""
 
     def __init__(self, session: GenerationSession, after_seq: int,
-                 on_news: Callable[[], None] | None = None) -> None:
+                 on_news: Callable[[], None] | None = None, progress: bool = False) -> None:
         self.session = session
         self.after = after_seq
         self._on_news = on_news
+        self._progress = progress
+        self._sent_done = -1  # the prefill progress last sent (0 is news: it began)
         self._news = asyncio.Event()
         self._woken = False
         self._sent_position = 0
@@ -314,6 +329,11 @@ class Cursor:
         if not self._sent_start and (s.started_at is not None or s.final is None):
             self._sent_start = True
             out.append(Started(s.model, s.prompt_tokens, s.stream_token))
+        # the latest progress only (a reader behind skips the steps between), before deltas
+        if self._progress and s.progress is not None and self.after < 0 and (
+                s.progress.done > self._sent_done):
+            self._sent_done = s.progress.done
+            out.append(s.progress)
         out += s.take_deltas(self.after, merge)
         self.after = s.next_seq - 1
         if s.final is not None:

@@ -160,6 +160,15 @@ class EngineStart:
 
 
 @dataclass(frozen=True, slots=True)
+class EngineProgress:
+    """Prefill of a long prompt (more than one decode step of it): `done` of its `total`
+    tokens are in the KV cache, those taken from a cache included. Before the first text."""
+
+    done: int
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
 class EngineText:
     text: str
     tokens: int = 1
@@ -182,11 +191,12 @@ class EngineParts:
     tokens: int = 1
 
 
-EngineEvent = EngineStart | EngineText | EngineParts | EngineFinish
+EngineEvent = EngineStart | EngineProgress | EngineText | EngineParts | EngineFinish
 
 
-# What a session yields to its reader (session.py): Queued while waiting, Started, Delta...,
-# then exactly one Finished or Failed.
+# What a session yields to its reader (session.py): Queued while waiting, Started,
+# Progress... (a long prompt's prefill, to readers that ask), Delta..., then exactly one
+# Finished or Failed.
 @dataclass(frozen=True, slots=True)
 class Queued:
     position: int  # 1 = next; 0 with `loading`
@@ -198,6 +208,14 @@ class Started:
     model: str
     prompt_tokens: int | None
     stream: str | None  # resume token, only for resumable sessions
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """The prompt's prefill so far: `done` of `total` prompt tokens processed."""
+
+    done: int
+    total: int
 
 
 Channel = Literal["content", "reasoning", "tool_call"]
@@ -247,4 +265,4 @@ class Failed:
     usage: Usage
 
 
-Event = Queued | Started | Delta | Finished | Failed
+Event = Queued | Started | Progress | Delta | Finished | Failed

@@ -41,8 +41,8 @@ def events(text: str) -> list[tuple[str, Any]]:
 
 
 def metric(text: str, name: str) -> float:
-    found = re.search(re.escape(name) + r" ([0-9.e+-]+)", text)
-    return float(found.group(1)) if found else 0.0
+    """A counter from /metrics, summed over its labels (the `api`, ...)."""
+    return sum(map(float, re.findall(re.escape(name) + r"(?:\{[^}]*\})? ([0-9.e+-]+)", text)))
 
 
 # ---- shapes (fake engine) ----------------------------------------------------------------

@@ -406,8 +406,8 @@ async def test_after_seq_beyond_what_was_sent_is_a_bad_request(server: ServerPro
 
 def _errors_total(url: str, code: str) -> float:
     text = httpx.get(url + "/metrics").text
-    found = re.search(rf'^tokenpipe_errors_total{{code="{code}"}} ([0-9.e+]+)$', text, re.M)
-    return float(found.group(1)) if found else 0.0
+    return sum(map(float, re.findall(  # over every `api` (ws, plain)
+        rf'^tokenpipe_errors_total{{api="[a-z_]+",code="{code}"}} ([0-9.e+]+)$', text, re.M)))
 
 
 async def test_refused_connections_per_address_are_counted(live_server: Any) -> None:

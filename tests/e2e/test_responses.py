@@ -44,8 +44,8 @@ def sse(text: str) -> list[dict[str, Any]]:
 
 
 def metric(text: str, name: str) -> float:
-    found = re.search(re.escape(name) + r" ([0-9.e+-]+)", text)
-    return float(found.group(1)) if found else 0.0
+    """A counter from /metrics, summed over its labels (the `api`, ...)."""
+    return sum(map(float, re.findall(re.escape(name) + r"(?:\{[^}]*\})? ([0-9.e+-]+)", text)))
 
 
 def rendered_tokens(*turns: tuple[str, str]) -> int:

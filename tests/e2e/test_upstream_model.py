@@ -51,8 +51,9 @@ def model_proxy(model_upstream: ServerProcess) -> Iterator[ServerProcess]:
 
 def metric(server: ServerProcess, name: str) -> float:
     text = httpx.get(server.url + "/metrics").text
-    found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
-    return float(found.group(1)) if found else 0.0
+    # summed over its labels (the `api`)
+    return sum(map(float, re.findall(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text,
+                                     re.MULTILINE)))
 
 
 async def test_greedy_text_through_the_proxy_equals_the_upstreams(

@@ -39,8 +39,8 @@ VIEWPORTS = {"desktop": (1280, 800), "phone": (390, 844)}
 def server() -> Iterator[ServerProcess]:
     if not os.environ.get("CI"):
         pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
-    # two sequences share 2048 tokens: each conversation gets what limits.context_tokens says
-    with running(ServerProcess(("--parallel", "2", "--ctx-size", "2048"))) as process:
+    # two sequences share 1024 cells: a conversation may use what limits.context_tokens says
+    with running(ServerProcess(("--parallel", "2", "--ctx-size", "1024"))) as process:
         yield process
 
 

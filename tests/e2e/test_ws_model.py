@@ -7,11 +7,12 @@ import json
 import re
 import unicodedata
 
+import httpx
 import pytest
 import websockets
 
 from tests.conftest import ServerProcess
-from tokenpipe.client import Client
+from tokenpipe.client import Client, ServerError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.model]
 
@@ -121,3 +122,21 @@ async def test_plain_mode_answers_with_the_model(model_server: ServerProcess) ->
             pieces.append(frame)
     assert len(pieces) > 3
     assert "".join(pieces).strip()
+
+
+async def test_one_conversation_is_offered_the_whole_context(
+    model_server: ServerProcess,
+) -> None:
+    """The KV cache is shared (--parallel 4 --ctx-size 8192): hello, /v1/models and the
+    refusal all state 8192 tokens a conversation, not 8192 / 4."""
+    async with Client(model_server.ws_url) as client:
+        assert client.hello["limits"]["context_tokens"] == 8192
+        assert client.hello["limits"]["max_tokens"] == 8191
+        gen = await client.generate(prompt="Tell me a story about the sea and the sky.",
+                                    params={"max_tokens": 8190})
+        with pytest.raises(ServerError) as info:  # ~11 prompt tokens + 8190 > 8192
+            await gen.collect()
+    assert info.value.code == "context_overflow" and "8192" in info.value.message
+    async with httpx.AsyncClient() as http:
+        models = (await http.get(model_server.url + "/v1/models")).json()["data"]
+    assert [m["max_model_len"] for m in models] == [8192]

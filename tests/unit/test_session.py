@@ -8,7 +8,15 @@ import asyncio
 import pytest
 
 from tokenpipe.engines.base import PreparedRequest
-from tokenpipe.session import Delta, Finished, GenerationSession, Queued, Started, State
+from tokenpipe.session import (
+    Delta,
+    Finished,
+    GenerationSession,
+    Progress,
+    Queued,
+    Started,
+    State,
+)
 from tokenpipe.types import FinishReason, GenerationRequest
 
 
@@ -33,6 +41,28 @@ def test_states_and_events_in_order() -> None:
     assert s.state is State.DONE and isinstance(final[-1], Finished)
     assert final[-1].usage.completion_tokens == 1
     assert cursor.finished and cursor.poll() == []
+
+
+def test_prefill_progress_goes_to_readers_that_ask_latest_first_and_before_text() -> None:
+    s = session()
+    plain = s.cursor()  # a door that says nothing of progress (Ollama, plain mode)
+    s.mark_started(1500)
+    s.set_progress(0, 1500)  # begun (transformers says so before its one forward)
+    assert plain.poll() == [Started("m", 1500, None)]
+    s.set_progress(512, 1500)
+    assert plain.poll() == []
+    told = s.cursor(progress=True)  # the session's reader from now on
+    s.set_progress(1024, 1500)  # 0 and 512 were not read by it: only the latest goes
+    assert told.poll() == [Started("m", 1500, None), Progress(1024, 1500)]
+    assert told.poll() == []  # nothing new: not sent again
+    s.set_progress(1500, 1500)
+    s.add_text("a", 1)  # the last chunk's progress and the first token come together
+    assert told.poll(merge=False) == [Progress(1500, 1500), Delta(0, "a")]
+    fresh = session()
+    first = fresh.cursor(progress=True)
+    fresh.mark_started(900)
+    fresh.set_progress(0, 900)  # the prefill began: news too
+    assert first.poll() == [Started("m", 900, None), Progress(0, 900)]
 
 
 def test_a_reader_that_fell_behind_gets_one_merged_delta() -> None:

@@ -52,6 +52,7 @@ class Generation:
         self.deltas: list[dict[str, Any]] = []
         self.queued: list[int] = []  # queue positions heard, in order
         self.loaded_model = False  # it waited for its model to load (load on demand)
+        self.progress: list[tuple[int, int]] = []  # a long prompt's (done, of) before text
 
     @property
     def text(self) -> str:
@@ -99,6 +100,8 @@ class Generation:
                 yield frame
             elif kind == "start":
                 self.start = frame
+            elif kind == "progress":
+                self.progress.append((frame["prompt_tokens_done"], frame["prompt_tokens"]))
             elif kind == "queued":
                 if frame.get("loading"):
                     self.loaded_model = True

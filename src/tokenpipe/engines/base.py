@@ -19,6 +19,10 @@ from typing import Any, Protocol, TypeVar
 from ..errors import BadRequest, ContextOverflow, EngineError, MissingDependency
 from ..types import EngineEvent, GenerationRequest
 
+# A prompt with more tokens than this to compute reports its prefill (EngineProgress); a
+# shorter one, nearly every request, sends nothing more than it did.
+PROGRESS_TOKENS = 512
+
 
 @dataclass(frozen=True, slots=True)
 class PreparedRequest:

@@ -9,6 +9,9 @@ Utf8Decoder as llama.cpp's. Directives in the last message steer one request:
     [[pace_ms=N]]       one token every N ms (decimals allowed) for this request; a reader
                         that falls behind gets the tokens that are due back to back
     [[tokens=N]]        answer with exactly N tokens (repeating the script), then stop
+    [[prefill_ms=N]]    "compute" the prompt first, N ms per 512 tokens; a prompt of more
+                        than 512 reports its progress after each (EngineProgress), as
+                        llama.cpp does for a prompt of more than one chunk
 
 Logprobs are scripted too: token i has log-probability -ln 2 - (i % 4) / 4, listed first
 among its alternatives, then made-up ones (`<alt1>`, ...) 2, 3, ... lower (a distribution:
@@ -27,6 +30,7 @@ from ..text import Utf8Decoder
 from ..types import (
     EngineEvent,
     EngineFinish,
+    EngineProgress,
     EngineStart,
     EngineText,
     FinishReason,
@@ -34,7 +38,7 @@ from ..types import (
     TokenLogprob,
     Usage,
 )
-from .base import Engine, EngineInfo, EngineOptions, PreparedRequest
+from .base import PROGRESS_TOKENS, Engine, EngineInfo, EngineOptions, PreparedRequest
 from .prefill import render_with_prefill
 
 SCRIPT = (
@@ -43,7 +47,8 @@ SCRIPT = (
     "日本語も大丈夫です。絵文字も 🎉🚀👩‍💻 そのまま届きます。\n\n"
     "- item one\n- item two\n\nThe end."
 )
-_DIRECTIVE = re.compile(r"\[\[(echo|fail_after|pace_ms|tokens)(?:=(\d+(?:\.\d+)?))?\]\]")
+_DIRECTIVE = re.compile(
+    r"\[\[(echo|fail_after|pace_ms|tokens|prefill_ms)(?:=(\d+(?:\.\d+)?))?\]\]")
 _TOKEN_SIZES = (1, 2, 3, 1, 3, 2)
 
 
@@ -114,6 +119,12 @@ class FakeEngine(Engine):
         fail_after = int(directives["fail_after"]) if "fail_after" in directives else None
         pace = directives.get("pace_ms", self.pace_ms) / 1000.0
         yield EngineStart(prepared.prompt_tokens)
+        if "prefill_ms" in directives:
+            total = prepared.prompt_tokens
+            for done in range(PROGRESS_TOKENS, total + PROGRESS_TOKENS, PROGRESS_TOKENS):
+                await asyncio.sleep(directives["prefill_ms"] / 1000.0)
+                if total > PROGRESS_TOKENS:  # one chunk: no progress, as on llama.cpp
+                    yield EngineProgress(min(done, total), total)
         decoder = Utf8Decoder()
         top = request.params.logprobs
         scored: list[TokenLogprob] = []  # until the text that completes them

@@ -1,6 +1,6 @@
 """Server-sent events, encoded (sans-IO): one `data:` line per event (named with an
-`event:` line where the door's clients dispatch on it), comment lines for pings and queue
-positions, the `[DONE]` that ends an OpenAI stream."""
+`event:` line where the door's clients dispatch on it), comment lines for pings, queue
+positions and prefill progress, the `[DONE]` that ends an OpenAI stream."""
 
 from __future__ import annotations
 
@@ -29,6 +29,11 @@ def comment(text: str) -> bytes:
 def waiting(position: int, loading: bool) -> bytes:
     """The comment a request hears while it waits: its model loading, or its queue place."""
     return comment("loading model" if loading else f"queued position={position}")
+
+
+def progress(done: int, total: int) -> bytes:
+    """The comment a long prompt's prefill sends before the first token: tokens done/all."""
+    return b": prefill %d/%d\n\n" % (done, total)
 
 
 def event(name: str, obj: dict[str, Any]) -> bytes:

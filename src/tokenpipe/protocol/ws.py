@@ -21,6 +21,7 @@ from ..types import (
     Finished,
     GenerationRequest,
     Message,
+    Progress,
     Queued,
     SamplingParams,
     Started,
@@ -337,6 +338,9 @@ def event_frame(stream_id: str, event: Event) -> dict[str, Any]:
         if event.loading:  # its model is loading (load on demand): no place in a queue yet
             return {"type": "queued", "id": stream_id, "position": 0, "loading": True}
         return {"type": "queued", "id": stream_id, "position": event.position}
+    if isinstance(event, Progress):  # only a long prompt's, before its first delta
+        return {"type": "progress", "id": stream_id, "prompt_tokens_done": event.done,
+                "prompt_tokens": event.total}
     if isinstance(event, Started):
         frame: dict[str, Any] = {"type": "start", "id": stream_id, "model": event.model,
                                  "prompt_tokens": event.prompt_tokens}

@@ -22,7 +22,10 @@ PING_INTERVAL_S = 15.0  # default of Settings.sse_ping_interval_s
 
 
 class DoorResponse(Response):
-    """One generation's answer: `_stream` when `stream`, else `_whole`."""
+    """One generation's answer: `_stream` when `stream`, else `_whole`. `progress`: the
+    door's `_stream` says a long prompt's prefill progress (Progress events)."""
+
+    progress = False
 
     def __init__(self, session: GenerationSession, *, stream: bool,
                  ping_s: float | None = PING_INTERVAL_S) -> None:
@@ -37,7 +40,7 @@ class DoorResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self._scope = scope
-        cursor = self.session.cursor()
+        cursor = self.session.cursor(progress=self.stream and self.progress)
         try:
             await race(self._stream(cursor, send) if self.stream else self._whole(cursor, send),
                        http_disconnect(receive), settle=False)  # it only reads receive

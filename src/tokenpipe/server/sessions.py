@@ -52,19 +52,20 @@ class ModelRegistry:
         self.add(slot)
 
     # ---- the one start ------------------------------------------------------------------
-    async def start(self, request: GenerationRequest, *,
-                    resumable: bool = False) -> GenerationSession:
+    async def start(self, request: GenerationRequest, *, resumable: bool = False,
+                    api: str = "other") -> GenerationSession:
         """A running (or queued) session; raises, before anything runs, what the request
         cannot be: an unknown model, a context overflow, a full queue, a shutdown. A model
         not in memory is loaded: the session is handed back at once, queued and `loading`,
-        and starts once the load is done (or fails with the load's reason)."""
+        and starts once the load is done (or fails with the load's reason). `api`: the door
+        it came in by (metrics.APIS), its metrics' label."""
         slot = self.slot(request.model)
         if slot.state is ModelState.LOADED:
             assert slot.scheduler is not None
             slot.touch()
-            return await slot.scheduler.start(request, resumable=resumable)
+            return await slot.scheduler.start(request, resumable=resumable, api=api)
         slot.refuse_if_failed()
-        session = GenerationSession.loading_model(slot.name, resumable=resumable)
+        session = GenerationSession.loading_model(slot.name, resumable=resumable, api=api)
         slot.pending += 1
         task = asyncio.create_task(self._start_loaded(slot, request, session),
                                    name=session.request_id)
@@ -77,7 +78,8 @@ class ModelRegistry:
                             session: GenerationSession) -> None:
         try:
             scheduler = await slot.ensure(lambda: self._make_room(slot))
-            await scheduler.start(request, resumable=session.resumable, into=session)
+            await scheduler.start(request, resumable=session.resumable, into=session,
+                                  api=session.api)
         except asyncio.CancelledError:
             session.finish(FinishReason.CANCELLED)
         except TokenpipeError as exc:

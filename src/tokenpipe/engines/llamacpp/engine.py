@@ -45,6 +45,7 @@ from ..base import (
 )
 from . import decode_steps, exact
 from .context import Context
+from .progress import progress
 from .sampler import make_sampler
 from .slots import Seq, Slots
 from .vocab import Vocab
@@ -315,7 +316,8 @@ class LlamaCppEngine(Engine):
             group = [row for row in group if row[0] in active]  # not failed or finished
             if group:
                 outbox.extend(self._decode(group, active))
-        hand_over(outbox)
+        # a long prompt's progress, before its first token
+        hand_over([*progress(rows, PROMPT_CHUNK), *outbox])
 
     def _plan(self, active: list[Seq]) -> list[_Row]:
         """This step's rows: the sampled token of every decoding sequence, then chunks of
@@ -332,7 +334,8 @@ class LlamaCppEngine(Engine):
             budget = min(budget, PROMPT_CHUNK)
         for seq in active:
             if seq.todo and seq.donor is None and budget > 0:
-                chunk, seq.todo = seq.todo[:budget], seq.todo[budget:]
+                take = min(budget, PROMPT_CHUNK)  # a long prompt in steps: progress between
+                chunk, seq.todo = seq.todo[:take], seq.todo[take:]
                 last = len(chunk) - 1 if not seq.todo else -1
                 rows.extend((seq, token, seq.n_past + i, i == last)
                             for i, token in enumerate(chunk))

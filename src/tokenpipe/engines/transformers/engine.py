@@ -43,6 +43,7 @@ from ...text import IdDetokenizer
 from ...types import (
     EngineEvent,
     EngineFinish,
+    EngineProgress,
     EngineStart,
     EngineText,
     FinishReason,
@@ -51,6 +52,7 @@ from ...types import (
     Usage,
 )
 from ..base import (
+    PROGRESS_TOKENS,
     Engine,
     EngineInfo,
     EngineOptions,
@@ -309,6 +311,10 @@ class TransformersEngine(Engine):
             grammar = grammar_for(request, inside=opens_thinking(seq.prepared))
             if grammar is not None:  # checked in prepare(): compiled and cached
                 seq.guide = self._guides.result().start(grammar[0])
+        long = [s for s in group if s.prepared.prompt_tokens > PROGRESS_TOKENS]
+        for seq in long:  # one forward does the whole prefill: its start, then its end
+            seq.out.append(EngineProgress(0, seq.prepared.prompt_tokens))
+        self._flush(long)
         try:
             if self._step_hook is not None:
                 self._step_hook(list(group))
@@ -316,6 +322,9 @@ class TransformersEngine(Engine):
             out = self._model(**prefill_inputs(prompts, self._device), use_cache=True,
                               logits_to_keep=1, **{self._cache_arg: cache})
             logits = out.logits[:, -1, :]
+            for seq in long:
+                seq.out.append(EngineProgress(seq.prepared.prompt_tokens,
+                                              seq.prepared.prompt_tokens))
             tokens = [self._choose(s, logits[i]) for i, s in enumerate(group)]
         except Exception as exc:
             self._fail(group, exc)

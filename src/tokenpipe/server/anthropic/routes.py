@@ -66,7 +66,7 @@ async def create_message(request: Request) -> Response:
     """A message from the model, whole or streamed token by token."""
     try:
         body = MessagesRequest.model_validate(await _json(request))
-        session = await _runtime(request).models.start(body.to_request())
+        session = await _runtime(request).models.start(body.to_request(), api="anthropic")
     except ClientDisconnect:
         return Response(status_code=400)  # nobody is left to read it
     except ValidationError as exc:

@@ -24,6 +24,7 @@ from ...protocol import sse
 from ...protocol.anthropic.errors import error_body, status_of
 from ...protocol.anthropic.events import PING, MessageRender
 from ...session import Cursor, Delta, Failed, Finished, GenerationSession, Queued
+from ...types import Progress
 from ..door_response import PING_INTERVAL_S, DoorResponse, no_receive
 
 SSE_HEADERS = [
@@ -45,6 +46,8 @@ def error_response(exc: TokenpipeError) -> Response:
 class SessionResponse(DoorResponse):
     """The ASGI response of one generation: SSE when `stream`, else one message."""
 
+    progress = True  # `: prefill N/M` comments
+
     def __init__(self, session: GenerationSession, *, stream: bool,
                  ping_s: float = PING_INTERVAL_S) -> None:
         super().__init__(session, stream=stream, ping_s=ping_s)
@@ -62,6 +65,8 @@ class SessionResponse(DoorResponse):
             for event in batch:
                 if isinstance(event, Queued):
                     out.append(sse.waiting(event.position, event.loading))
+                elif isinstance(event, Progress):
+                    out.append(sse.progress(event.done, event.total))
                 elif isinstance(event, Delta | Finished) and not opened:
                     opened = True
                     out.append(shape.opening(self.session.usage(),

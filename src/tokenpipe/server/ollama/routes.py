@@ -79,7 +79,8 @@ async def _generation(request: Request, model: type[ChatRequest | GenerateReques
                 return JSONResponse(answer.unloaded(), media_type=JSON_TYPE)
             await models.load(served)
             return JSONResponse(answer.loaded(), media_type=JSON_TYPE)
-        session = await models.start(body.to_request(served))
+        session = await models.start(body.to_request(served),
+                                     api="ollama_chat" if chat else "ollama_generate")
     except TokenpipeError as exc:
         return error_response(exc, body.model)
     return NdjsonResponse(session, answer, stream=body.streamed)

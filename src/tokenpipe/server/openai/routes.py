@@ -13,6 +13,7 @@ every error as FastAPI did. Without `lean_routes()` in the app, FastAPI's routes
 from __future__ import annotations
 
 import email.message
+import functools
 import json
 import logging
 import time
@@ -218,11 +219,14 @@ async def start(runtime: Runtime, body: Body, render: Render,
     if resumable and n > 1:
         return error_response(BadRequest("a resumable stream has one choice: send n 1 (or "
                                          "none) with resumable", param="n"))
+    api = "openai_chat" if isinstance(body, ChatCompletionRequest) else "openai_completions"
     try:
         if n > 1:
-            sessions = await start_choices(runtime.models.start, body.to_request(), n)
+            sessions = await start_choices(functools.partial(runtime.models.start, api=api),
+                                           body.to_request(), n)
         else:
-            session = await runtime.models.start(body.to_request(), resumable=resumable)
+            session = await runtime.models.start(body.to_request(), resumable=resumable,
+                                                 api=api)
     except TokenpipeError as exc:  # in the names this client sent
         return error_response(exc, {"max_tokens": body.max_tokens_param})
     if n > 1:

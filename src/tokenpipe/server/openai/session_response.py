@@ -25,6 +25,7 @@ from ...protocol import sse
 from ...protocol.openai.errors import error_body
 from ...protocol.openai.render import ChatRender, CompletionRender
 from ...session import Cursor, Delta, Failed, Finished, GenerationSession, Queued
+from ...types import Progress
 from ..door_response import PING_INTERVAL_S, DoorResponse, no_receive
 
 SSE_HEADERS = [
@@ -48,6 +49,8 @@ class SessionResponse(DoorResponse):
     """The ASGI response of one generation: SSE when `stream`, else one JSON object. Its
     status and headers are decided by the session's first events, not up front."""
 
+    progress = True  # `: prefill N/M` comments
+
     def __init__(self, session: GenerationSession, shape: Shape, *, stream: bool,
                  include_usage: bool = False, ping_s: float = PING_INTERVAL_S) -> None:
         super().__init__(session, stream=stream, ping_s=ping_s)
@@ -66,6 +69,8 @@ class SessionResponse(DoorResponse):
             for event in batch:
                 if isinstance(event, Queued):
                     out.append(sse.waiting(event.position, event.loading))
+                elif isinstance(event, Progress):
+                    out.append(sse.progress(event.done, event.total))
                 elif isinstance(event, Delta | Finished) and not opened:
                     opened = True
                     out.append(shape.opening())

@@ -23,6 +23,7 @@ from ...protocol.responses.items import (
 )
 from ...protocol.responses.objects import ResponseShape, status_of
 from ...session import Cursor, Delta, Failed, Finished, Queued
+from ...types import Progress
 from ..door_response import no_receive
 from .session_response import SSE_HEADERS, SessionResponse, error_response
 
@@ -61,6 +62,9 @@ class ItemsResponse(SessionResponse):
             for event in batch:
                 if isinstance(event, Queued):
                     out.append(sse.comment(f"queued position={event.position}"))
+                    continue
+                if isinstance(event, Progress):
+                    out.append(sse.progress(event.done, event.total))
                     continue
                 if isinstance(event, Failed) and not opened and not headers_sent:
                     await error_response(event.error)(self._scope, no_receive, send)

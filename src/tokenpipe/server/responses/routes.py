@@ -104,7 +104,8 @@ async def create_response(request: Request) -> Response:
         if unanswered is not None:
             raise bad(f"No tool call found for function call output with call_id "
                       f"{unanswered}.", "input")
-        session = await runtime.models.start(generation, resumable=bool(body.background))
+        session = await runtime.models.start(generation, resumable=bool(body.background),
+                                             api="responses")
     except ClientDisconnect:
         return Response(status_code=400)  # nobody is left to read it
     except ValidationError as exc:

@@ -25,6 +25,7 @@ from ...protocol.responses.errors import http_body
 from ...protocol.responses.events import ResponseEvents, failure_event
 from ...protocol.responses.objects import ResponseShape
 from ...session import Cursor, Delta, Failed, Finished, GenerationSession, Queued
+from ...types import Progress
 from ..door_response import DoorResponse, no_receive
 from ..race import http_disconnect, race
 
@@ -47,6 +48,8 @@ def error_response(exc: TokenpipeError) -> Response:
 
 class SessionResponse(DoorResponse):
     """A foreground generation: SSE when `stream`, else one response object."""
+
+    progress = True  # `: prefill N/M` comments (ItemsResponse too)
 
     def __init__(self, session: GenerationSession, shape: ResponseShape, *, stream: bool,
                  keep: Keep | None, ping_s: float) -> None:
@@ -74,6 +77,9 @@ class SessionResponse(DoorResponse):
             for event in batch:
                 if isinstance(event, Queued):
                     out.append(sse.waiting(event.position, event.loading))
+                    continue
+                if isinstance(event, Progress):
+                    out.append(sse.progress(event.done, event.total))
                     continue
                 if isinstance(event, Failed) and not opened and not headers_sent:
                     await error_response(event.error)(self._scope, no_receive, send)

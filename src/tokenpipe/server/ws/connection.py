@@ -137,7 +137,7 @@ class JsonConnection:
     def send(self, frame: dict[str, Any]) -> None:
         """Queues a frame that is not a session event (hello, pong, rejected frames)."""
         if frame["type"] == "error":
-            self.runtime.metrics.errors.labels(frame["code"]).inc()
+            self.runtime.metrics.errors.labels(frame["code"], "ws").inc()
         try:
             text = wire.dumps(frame)
         except (ValueError, TypeError, RecursionError):  # never expected: parse refuses it
@@ -276,7 +276,8 @@ class JsonConnection:
             raise TooManyStreams(
                 f"at most {self.settings.max_streams_per_connection} generations per connection"
             )
-        session = await self.runtime.models.start(frame.to_request(), resumable=frame.resumable)
+        session = await self.runtime.models.start(frame.to_request(), resumable=frame.resumable,
+                                                  api="ws")
         held = None
         if session.resumable:
             held = Held(session, frame.id)
@@ -303,7 +304,8 @@ class JsonConnection:
 
     def _adopt(self, stream_id: str, session: GenerationSession, after_seq: int,
                held: Held | None) -> None:
-        cursor = session.cursor(after_seq, on_news=lambda: self._mark(stream_id))
+        cursor = session.cursor(after_seq, on_news=lambda: self._mark(stream_id),
+                                progress=True)
         self.streams[stream_id] = _Stream(session, cursor, wire.EventText(stream_id))
         if held is not None:
             held.reader, held.stream_id, held.cursor = self, stream_id, cursor

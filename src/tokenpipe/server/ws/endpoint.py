@@ -45,7 +45,7 @@ async def _refuse_busy(websocket: WebSocket, runtime: Runtime, json_mode: bool,
     """Too many connections from one address: say so in a frame, then close 1013."""
     await websocket.accept(subprotocol=wire.PROTOCOL if json_mode else None)
     message = f"at most {limit} connections per client address; close one and retry"
-    runtime.metrics.errors.labels("rate_limited").inc()  # counted in JSON and plain mode
+    runtime.metrics.errors.labels("rate_limited", "ws" if json_mode else "plain").inc()
     if json_mode:
         await websocket.send_text(wire.dumps(wire.error("rate_limited", message,
                                                         retry_after_ms=1000)))

@@ -99,7 +99,7 @@ class PlainConnection:
             if len(text.encode()) > self.runtime.settings.max_message_bytes:
                 raise BadRequest("message exceeds max_message_bytes")
             request = GenerationRequest(messages=(Message("user", text),), params=SamplingParams())
-            session = await self.runtime.models.start(request)
+            session = await self.runtime.models.start(request, api="plain")
             async for event in session.cursor():
                 if isinstance(event, Delta):
                     await self._send(event.text)
