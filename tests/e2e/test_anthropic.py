@@ -160,8 +160,9 @@ def anthropic_error(r: httpx.Response, status: int, kind: str) -> str:
         {"role": "user", "content": [{"type": "image", "source": {"type": "base64"}}]}]},
      "messages.0.content.0.type: content blocks of type 'image' are not supported"),
     ({"model": "fake", "max_tokens": 5, "messages": [*USER, {"role": "assistant",
-                                                             "content": "Sure:"}]},
-     "messages.1: This server does not support assistant message prefill"),
+                                                             "content": "Sure:"}],
+      "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}},
+     "messages.1: assistant message prefill is not supported together with tools"),
     ({"model": "fake", "max_tokens": 5, "messages": USER,  # the fake engine cannot constrain
       "tools": [{"name": "f", "input_schema": {"type": "object"}}]},
      "tools: the fake engine cannot constrain its output to tool calls"),
@@ -394,3 +395,28 @@ def test_real_greedy_same_text_as_chat_completions(model_server: ServerProcess) 
     assert counted.input_tokens == chat.usage.prompt_tokens
     reason = {"stop": "end_turn", "length": "max_tokens"}[chat.choices[0].finish_reason]
     assert whole.stop_reason == final.stop_reason == reason
+
+
+@pytest.mark.model
+def test_real_prefill_continues_the_answer_as_chat_completions_does(
+        model_server: ServerProcess) -> None:
+    """A last assistant message is an answer already begun: the door streams only what
+    follows it, the same text the OpenAI door gives for the same prefill; count_tokens
+    counts that prompt too."""
+    oai = openai.OpenAI(base_url=model_server.url + "/v1", api_key="x", max_retries=0)
+    model = oai.models.list().data[0].id
+    turns: Any = [{"role": "user", "content": "Name three colours."},
+                  {"role": "assistant", "content": "The three colours are"}]
+    chat = oai.chat.completions.create(model=model, temperature=0, max_tokens=16,
+                                       messages=turns)
+    c = client(model_server)
+    kwargs: Any = {"model": model, "max_tokens": 16, "messages": turns,
+                   "extra_body": {"temperature": 0}}
+    whole = c.messages.create(**kwargs)
+    with c.messages.stream(**kwargs) as stream:
+        streamed = "".join(stream.text_stream)
+    text = whole.content[0].text  # type: ignore[union-attr]
+    assert text and text == streamed == chat.choices[0].message.content
+    assert not text.startswith("The three colours are")  # only the continuation
+    counted = c.messages.count_tokens(model=model, messages=turns)
+    assert chat.usage is not None and counted.input_tokens == chat.usage.prompt_tokens

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import websockets
 
-from tests.conftest import ServerProcess
+from tests.conftest import ServerProcess, running
 from tokenpipe.client import Client, ServerError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.model]
@@ -124,11 +124,14 @@ async def test_plain_mode_answers_with_the_model(model_server: ServerProcess) ->
     assert "".join(pieces).strip()
 
 
-async def test_one_conversation_is_offered_the_whole_context(
-    model_server: ServerProcess,
-) -> None:
-    """The KV cache is shared (--parallel 4 --ctx-size 8192): hello, /v1/models and the
-    refusal all state 8192 tokens a conversation, not 8192 / 4."""
+async def test_one_conversation_is_offered_the_whole_context() -> None:
+    """The default shared KV cache (--parallel 4 --ctx-size 8192): hello, /v1/models and
+    the refusal all state 8192 tokens a conversation, not 8192 / 4."""
+    with running(ServerProcess(("--parallel", "4", "--ctx-size", "8192"))) as server:
+        await _whole_context(server)
+
+
+async def _whole_context(model_server: ServerProcess) -> None:
     async with Client(model_server.ws_url) as client:
         assert client.hello["limits"]["context_tokens"] == 8192
         assert client.hello["limits"]["max_tokens"] == 8191

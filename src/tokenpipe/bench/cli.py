@@ -38,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="ws://HOST:PORT/ws for --api ws, http://HOST:PORT for the others")
     p.add_argument("--api", choices=APIS, default="ws",
                    help="sse: Chat Completions; anthropic: /v1/messages; responses:\n"
-                        "/v1/responses; ollama: /api/chat; ws: tokenpipe.v1")
+                        "/v1/responses; ollama: /api/chat; ws: the WebSocket protocol")
     p.add_argument("--compare-apis", metavar="API,API,...", type=_api_list,
                    help="these APIs against the one server of --url, in turn each round\n"
                         "(A B C D A B C D); the medians give each one's tok/s ratio and\n"

@@ -2,9 +2,10 @@
 
 - `messages`: `user` / `assistant` turns in the order given, `content` a string or a list
   of blocks (blocks.py: text, tool_use, tool_result, thinking); any other block type
-  (image, document, ...) is a 400 naming the field. A last `assistant` message (a prefill)
-  is refused as Anthropic refuses it on models without prefill: the core renders every
-  message as a closed turn, so it cannot continue one.
+  (image, document, ...) is a 400 naming the field. A last `assistant` message of text is
+  a prefill: the answer continues it (engines/prefill.py) and holds only what follows;
+  with tools, `thinking` or `output_config` it is a 400 (their grammar or thinking section
+  would start inside an answer already begun).
 - `system`: a string or `text` blocks. `max_tokens` is required, as Anthropic requires it;
   `model` may be absent (the server's model), as on the OpenAI door.
 - Sampling: `temperature` (absent: 1, as Anthropic), `top_p`, `top_k`, `stop_sequences`.
@@ -258,12 +259,20 @@ class _Prompt(_Body):
     workspace_id: Ignored = None
 
     @model_validator(mode="after")
-    def _no_prefill(self) -> _Prompt:
-        if self.messages[-1].role == "assistant":
+    def _prefill(self) -> _Prompt:
+        last = self.messages[-1]
+        if last.role != "assistant":
+            return self
+        at = {"at": f"messages.{len(self.messages) - 1}"}
+        if any(block.type != "text" for block in last.content):
             raise PydanticCustomError(
-                "unsupported_value", "This server does not support assistant message "
-                "prefill: the conversation must end with a user message",
-                {"at": f"messages.{len(self.messages) - 1}"})
+                "unsupported_value", "a prefill (a last assistant message) may hold text "
+                "blocks only", at)
+        if self.tools or self.thinking is not None or self.output_config is not None:
+            raise PydanticCustomError(
+                "unsupported_value", "assistant message prefill is not supported together "
+                "with tools, thinking or output_config: end the conversation with a user "
+                "message", at)
         return self
 
     @model_validator(mode="after")
