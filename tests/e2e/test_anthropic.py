@@ -25,9 +25,28 @@ pytestmark = pytest.mark.e2e
 USER: Any = [{"role": "user", "content": "hello"}]
 
 
+_OPEN: list[anthropic.Anthropic | openai.OpenAI] = []  # closed after each test: a client
+# left to the garbage collector closes its socket inside a later test, which then fails
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
+
+
 def client(server: ServerProcess | str, key: str = "unused") -> anthropic.Anthropic:
     url = server if isinstance(server, str) else server.url
-    return anthropic.Anthropic(base_url=url, api_key=key, max_retries=0)
+    c = anthropic.Anthropic(base_url=url, api_key=key, max_retries=0)
+    _OPEN.append(c)
+    return c
+
+
+def oai_client(server: ServerProcess) -> openai.OpenAI:
+    c = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
+    _OPEN.append(c)
+    return c
 
 
 def events(text: str) -> list[tuple[str, Any]]:
@@ -276,6 +295,7 @@ def test_api_key_as_x_api_key_or_bearer(keyed_server: ServerProcess) -> None:
                                                         messages=USER)
     assert ok.stop_reason == "max_tokens"
     auth = anthropic.Anthropic(base_url=keyed_server.url, auth_token="s3cret", max_retries=0)
+    _OPEN.append(auth)
     assert auth.messages.count_tokens(model="fake", messages=USER).input_tokens > 0
     # the OpenAI routes keep their own 401, and take x-api-key too
     r = httpx.get(keyed_server.url + "/v1/models")
@@ -370,7 +390,7 @@ async def test_full_queue_is_529_and_disconnect_cancels(one_slot_server: ServerP
 
 @pytest.mark.model
 def test_real_greedy_same_text_as_chat_completions(model_server: ServerProcess) -> None:
-    oai = openai.OpenAI(base_url=model_server.url + "/v1", api_key="x", max_retries=0)
+    oai = oai_client(model_server)
     model = oai.models.list().data[0].id
     system, question = "You answer in one short sentence.", "Name three colours."
     chat = oai.chat.completions.create(
@@ -403,7 +423,7 @@ def test_real_prefill_continues_the_answer_as_chat_completions_does(
     """A last assistant message is an answer already begun: the door streams only what
     follows it, the same text the OpenAI door gives for the same prefill; count_tokens
     counts that prompt too."""
-    oai = openai.OpenAI(base_url=model_server.url + "/v1", api_key="x", max_retries=0)
+    oai = oai_client(model_server)
     model = oai.models.list().data[0].id
     turns: Any = [{"role": "user", "content": "Name three colours."},
                   {"role": "assistant", "content": "The three colours are"}]

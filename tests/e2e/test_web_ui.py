@@ -138,6 +138,14 @@ def last_answer(page: Page) -> Locator:
     return page.locator("article.message.assistant").last
 
 
+def regenerate(page: Page, version: str = "2/2", timeout: float = 20_000) -> None:
+    """Regenerate the last answer and wait for the new version to finish (the old answer
+    stays "done" while the page counts the prompt first: wait for the version, then it)."""
+    page.get_by_role("button", name="Regenerate the answer").click()
+    expect(last_answer(page).locator(".version-count")).to_have_text(version, timeout=timeout)
+    expect(last_answer(page)).to_have_attribute("data-status", "done", timeout=timeout)
+
+
 def wait_connected(page: Page) -> None:
     expect(page.locator(".connection[data-status=open]")).to_be_visible()
 
@@ -440,8 +448,7 @@ def test_connection_loss_reconnects_and_resumes(
         resumed = answer_text(page)
 
         # The same request again, undisturbed: the resumed answer lost and repeated nothing.
-        page.get_by_role("button", name="Regenerate the answer").click()
-        expect(last_answer(page)).to_have_attribute("data-status", "done", timeout=20_000)
+        regenerate(page)
         assert answer_text(page) == resumed
     finally:
         context.close()

@@ -20,6 +20,7 @@ from tests.e2e.test_web_ui import (  # noqa: F401  (fixtures, asked for by name)
     composer,
     last_answer,
     open_page,
+    regenerate,
     send,
     shot,
     wait_connected,
@@ -41,8 +42,7 @@ def test_regenerate_and_edit_keep_versions(live_server: LiveServer, open_page: O
     expect(last_answer(page)).to_have_attribute("data-status", "done")
     first = answer_text(page)
 
-    page.get_by_role("button", name="Regenerate the answer").click()
-    expect(last_answer(page)).to_have_attribute("data-status", "done")
+    regenerate(page)
     assert versions(page) == "2/2"
     page.get_by_role("button", name="Previous version of this answer").click()
     assert versions(page) == "1/2"
@@ -244,8 +244,7 @@ def test_answer_survives_a_reload(live_server: LiveServer, open_page: OpenPage) 
     resumed = answer_text(page)
     expect(answer.locator(".badge-interrupted")).to_have_count(0)
     # the same request undisturbed: the resumed answer lost and repeated nothing
-    page.get_by_role("button", name="Regenerate the answer").click()
-    expect(last_answer(page)).to_have_attribute("data-status", "done", timeout=20_000)
+    regenerate(page)
     assert answer_text(page) == resumed
 
 
