@@ -29,7 +29,10 @@ def messages(question: str) -> Any:
 async def test_cold_warm_streamed_whole_and_batched_answers_are_one() -> None:
     if not os.environ.get("CI"):
         pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
-    with running(ServerProcess(("--parallel", "8", "--ctx-size", "8192"))) as server:
+    # split: the strict promise; on the shared pool a sequence's cells may lie out of order
+    # once it fragments (this test's second round among 7 did, at random: determinism.md)
+    with running(ServerProcess(("--parallel", "8", "--ctx-size", "8192",
+                                "--kv-cache", "split"))) as server:
         texts: dict[str, str] = {}
         params = {"max_tokens": TOKENS, "temperature": 0}
         async with Client(server.ws_url) as client:

@@ -50,7 +50,10 @@ SEEDED = ask("Tell me about the town's bridges.", temperature=0.8, top_p=0.95, s
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[LlamaCppEngine]:
-    eng = LlamaCppEngine(EngineOptions(context_size=8192, parallel=8, threads=2))
+    # split: the strict promise (the shared pool's cell order moves with its history:
+    # docs/determinism.md, "The KV cache's layout")
+    eng = LlamaCppEngine(EngineOptions(context_size=8192, parallel=8, threads=2,
+                                       kv_cache="split"))
     asyncio.run(eng.load())
     yield eng
     asyncio.run(eng.aclose())
@@ -111,7 +114,7 @@ async def test_one_token_per_decode_gives_the_batched_answer(engine: LlamaCppEng
                                 params=SamplingParams(max_tokens=TOKENS))
     batched = await answer(engine, request)
     serial = LlamaCppEngine(EngineOptions(context_size=2048, parallel=2, threads=2,
-                                          determinism="serial"))
+                                          determinism="serial", kv_cache="split"))
     await serial.load()
     try:
         assert await answer(serial, request) == batched
