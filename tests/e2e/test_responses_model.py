@@ -24,7 +24,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     if not os.environ.get("CI"):  # in CI a missing model is a failure, not a skip
         pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
     db = tmp_path_factory.mktemp("responses") / "r.sqlite3"
-    with running(ServerProcess(("--parallel", "2", "--responses-db", str(db)))) as s:
+    # split: the test compares answers across requests (docs/determinism.md)
+    with running(ServerProcess(("--parallel", "2", "--kv-cache", "split",
+                                "--responses-db", str(db)))) as s:
         yield s
 
 

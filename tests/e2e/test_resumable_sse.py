@@ -34,7 +34,8 @@ AWAY_S = 0.5  # how long a dropped client stays away: the generation runs on mea
 def server() -> Iterator[ServerProcess]:
     if not os.environ.get("CI"):  # in CI a missing model is a failure, not a skip
         pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
-    with running(ServerProcess(("--parallel", "2"))) as s:
+    # split: the test compares answers across requests (docs/determinism.md)
+    with running(ServerProcess(("--parallel", "2", "--kv-cache", "split"))) as s:
         yield s
 
 
