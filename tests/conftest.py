@@ -163,9 +163,10 @@ def fake_server() -> Iterator[ServerProcess]:
 def model_server() -> Iterator[ServerProcess]:
     """One server on the real default model (llama.cpp, bundled SmolLM2), for the whole
     session. Its KV cache is split (2048 tokens a sequence): its tests compare answers
-    across requests on one long-lived server, which only the split cache promises bit
-    for bit (docs/determinism.md, "The KV cache's layout"); the shared default has servers
-    of its own (test_same_answer, test_ws_model's whole context, the page's context test)."""
+    across requests on one long-lived server, which only split streams promise bit for bit
+    for every length (docs/determinism.md, "The KV cache's layout"); the tiered default
+    has servers of its own (test_ws_model's whole context, the page's context test) and
+    engine tests (tests/unit/engines/test_llamacpp_kv.py)."""
     if not os.environ.get("CI"):  # in CI a missing model is a failure, not a skip
         pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
     with running(ServerProcess(("--parallel", "4", "--ctx-size", "8192",

@@ -35,17 +35,20 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--max-loaded-models", type=int, metavar="N",
                    help="models in memory at once; the least recently used idle one is "
                         "unloaded to load another (default 0: no limit)")
-    p.add_argument("--ctx-size", type=int, help="total context tokens (default 8192)")
+    p.add_argument("--ctx-size", type=int,
+                   help="total context tokens (KV cells) of all sequences (default: 8192; "
+                        "llamacpp tiered: twice the model's trained context, at most 16384)")
     p.add_argument("--parallel", type=int, help="sequences decoded together (default 8)")
     p.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
     p.add_argument("--determinism", choices=["exact", "serial", "fast"],
                    help="llamacpp: exact (default: greedy answers depend on the request "
                         "alone), serial (exact for every weight type, slow) or fast "
                         "(llama.cpp's defaults); see docs/determinism.md")
-    p.add_argument("--kv-cache", choices=["shared", "split"],
-                   help="llamacpp: shared (default: one pool of --ctx-size cells, so one "
-                        "conversation may use all of it) or split (--ctx-size / --parallel "
-                        "a sequence); see docs/configuration.md")
+    p.add_argument("--kv-cache", choices=["tiered", "shared", "split"],
+                   help="llamacpp: tiered (default: half of --ctx-size as split streams for "
+                        "what fits one, half as one pool a long conversation may fill), "
+                        "shared (one pool of --ctx-size cells) or split (--ctx-size / "
+                        "--parallel a sequence); see docs/configuration.md")
     p.add_argument("--device", help="transformers engine: cpu, cuda or auto")
     p.add_argument("--fake-pace-ms", type=float,
                    help="fake engine: one token every N ms per stream (0: one per loop turn)")

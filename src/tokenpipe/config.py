@@ -41,11 +41,11 @@ class Settings:
     model: str | None = None
     model_id: str | None = None
     models: tuple[str, ...] = ()  # several models: NAME=[ENGINE:]SPEC each
-    ctx_size: int = 8192
+    ctx_size: int | None = None  # None: the engine's default (docs/configuration.md)
     parallel: int = 8
     threads: int | None = None
     determinism: str = "exact"  # llamacpp: exact, serial or fast (docs/determinism.md)
-    kv_cache: str = "shared"  # llamacpp: shared or split (docs/configuration.md)
+    kv_cache: str = "tiered"  # llamacpp: tiered, shared or split (docs/configuration.md)
     device: str | None = None
     fake_pace_ms: float = 0.0
     upstream: str | None = None  # openai engine: base URL(s), comma-separated replicas

@@ -48,13 +48,14 @@ __all__ = [  # the contract's own tests, collected here with this module's `engi
 ]
 
 CONTEXT = 4096
-# Each upstream gives a request CONTEXT tokens: tokenpipe's llama.cpp engine and the fake
-# engine give each the whole --ctx-size (the KV cache is shared), llama-server here splits
-# its context over its 2 parallel sequences. tokenpipe announces it as max_model_len;
-# llama-server announces nothing, so the engine keeps the context_tokens it was given.
+# Each upstream gives a request CONTEXT tokens: the fake engine gives each the whole
+# --ctx-size, tokenpipe's llama.cpp engine the shared half of its tiered KV cache,
+# llama-server here splits its context over its 2 parallel sequences. tokenpipe announces
+# it as max_model_len; llama-server announces nothing, so the engine keeps the
+# context_tokens it was given.
 UPSTREAMS = {
     "fake": ("--engine", "fake", "--ctx-size", str(CONTEXT)),
-    "llamacpp": ("--threads", "2", "--ctx-size", str(CONTEXT)),
+    "llamacpp": ("--threads", "2", "--ctx-size", str(2 * CONTEXT)),
 }
 
 

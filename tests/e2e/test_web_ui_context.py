@@ -39,8 +39,9 @@ VIEWPORTS = {"desktop": (1280, 800), "phone": (390, 844)}
 def server() -> Iterator[ServerProcess]:
     if not os.environ.get("CI"):
         pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
-    # two sequences share 1024 cells: a conversation may use what limits.context_tokens says
-    with running(ServerProcess(("--parallel", "2", "--ctx-size", "1024"))) as process:
+    # the default tiered cache: two streams of 512, a shared 1024 one conversation may fill
+    # (what limits.context_tokens says)
+    with running(ServerProcess(("--parallel", "2", "--ctx-size", "2048"))) as process:
         yield process
 
 

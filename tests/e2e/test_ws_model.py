@@ -125,9 +125,10 @@ async def test_plain_mode_answers_with_the_model(model_server: ServerProcess) ->
 
 
 async def test_one_conversation_is_offered_the_whole_context() -> None:
-    """The default shared KV cache (--parallel 4 --ctx-size 8192): hello, /v1/models and
-    the refusal all state 8192 tokens a conversation, not 8192 / 4."""
-    with running(ServerProcess(("--parallel", "4", "--ctx-size", "8192"))) as server:
+    """The defaults (--parallel 4, no --ctx-size): the tiered KV cache of twice the model's
+    trained 8192, a shared half one conversation may fill; hello, /v1/models and the
+    refusal all state 8192 tokens a conversation, not a split stream's 8192 / 4."""
+    with running(ServerProcess(("--parallel", "4"))) as server:
         await _whole_context(server)
 
 

@@ -162,15 +162,19 @@ def constrained(request: GenerationRequest) -> bool:
         request.reasoning_budget is not None)
 
 
+DEFAULT_CONTEXT = 8192  # tokens of context when --ctx-size is not given
+
+
 @dataclass(frozen=True, slots=True)
 class EngineOptions:
     """What every engine is built from; config.py fills it from Settings."""
 
     model: str | None = None  # a path, a hub id, or None for the engine's default
     model_id: str | None = None  # the name clients use; default derived from the model
-    context_size: int = 8192  # total context, shared by `parallel` sequences
+    context_size: int | None = None  # total context (KV cells) of `parallel` sequences;
+    # None: the engine's default (total_context; llamacpp: docs/configuration.md)
     parallel: int = 8  # sequences decoded together
-    kv_cache: str = "shared"  # llamacpp: shared (one pool) or split (context / parallel each)
+    kv_cache: str = "tiered"  # llamacpp: tiered, shared or split (engines/llamacpp/tiers.py)
     threads: int | None = None
     determinism: str = "exact"  # llamacpp: exact, serial or fast (docs/determinism.md)
     pace_ms: float = 0.0  # fake engine only
@@ -180,6 +184,11 @@ class EngineOptions:
     upstream_first_token_timeout_s: float = 60.0  # per replica tried
     upstream_idle_timeout_s: float = 30.0  # longest silence between chunks mid-answer
     chat_template: str | None = None  # a Jinja chat template's text, in place of the model's
+
+    @property
+    def total_context(self) -> int:
+        """context_size, or DEFAULT_CONTEXT when none was given."""
+        return self.context_size or DEFAULT_CONTEXT
 
 
 def bundled_model_path() -> Path:

@@ -91,7 +91,7 @@ class FakeEngine(Engine):
         return cls(
             options.model_id or "fake",
             pace_ms=options.pace_ms,
-            context_tokens=options.context_size,
+            context_tokens=options.total_context,
             max_batch=options.parallel,
         )
 

@@ -1,8 +1,9 @@
-"""The llama.cpp engine's KV cache: shared by every sequence (the default), one conversation
-may use the whole context; a sequence starts when its prompt and answer fit beside the
-running ones, emptying idle slots' caches to make room, else waits for one to end. The
-split cache keeps a fixed share a sequence, and its answers bit-identical whatever ran
-before."""
+"""The llama.cpp engine's KV cache (engines/llamacpp/tiers.py). Shared: one conversation may
+use the whole context; a sequence starts when its prompt and answer fit beside the running
+ones, emptying idle slots' caches to make room, else waits for one to end. Split: a fixed
+share a sequence, and its answers bit-identical whatever ran before. Tiered (the default):
+a split half for what fits a stream, a shared half for longer conversations, which move
+their cached turns over when they outgrow their stream."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ if not os.environ.get("CI"):
 
 from tokenpipe.engines.base import EngineOptions
 from tokenpipe.engines.llamacpp import LlamaCppEngine
+from tokenpipe.engines.llamacpp.migrate import one_stream
 from tokenpipe.errors import ContextOverflow
 from tokenpipe.types import (
     EngineFinish,
@@ -35,7 +37,8 @@ CONTEXT, PARALLEL = 1024, 4
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[LlamaCppEngine]:
-    eng = LlamaCppEngine(EngineOptions(context_size=CONTEXT, parallel=PARALLEL, threads=2))
+    eng = LlamaCppEngine(EngineOptions(context_size=CONTEXT, parallel=PARALLEL, threads=2,
+                                       kv_cache="shared"))
     asyncio.run(eng.load())
     yield eng
     asyncio.run(eng.aclose())
@@ -89,13 +92,14 @@ async def test_a_sequence_waits_for_room_then_runs(engine: LlamaCppEngine) -> No
 
 async def test_idle_slots_caches_are_emptied_to_make_room(engine: LlamaCppEngine) -> None:
     engine.forget_cache()
-    before = engine._slots.evicted_tokens
+    slots = engine._tiers[0].slots  # the one (shared) tier
+    before = slots.evicted_tokens
     topics = ["trees", "ships", "lamps", "roads"]  # at once: each its own slot, kept after
     await asyncio.gather(*(run(engine, long_request(topic, 100, 8)) for topic in topics))
-    assert engine._slots.evicted_tokens == before  # four caches of ~220 cells fit 1024
+    assert slots.evicted_tokens == before  # four caches of ~220 cells fit 1024
     text, _, _ = await run(engine, long_request("bells", 350, 8))
     assert text
-    assert engine._slots.evicted_tokens > before  # older caches made room for it
+    assert slots.evicted_tokens > before  # older caches made room for it
 
 
 async def test_split_cache_answers_stay_bit_identical_after_a_fragmenting_load() -> None:
@@ -121,3 +125,103 @@ async def test_split_cache_answers_stay_bit_identical_after_a_fragmenting_load()
             assert again == alone
     finally:
         await eng.aclose()
+
+
+# ---- tiered ---------------------------------------------------------------------------
+# 2048 cells: 4 split streams of 256, and a shared pool of 1024 a conversation may fill
+
+
+@pytest.fixture(scope="module")
+def tiered() -> Iterator[LlamaCppEngine]:
+    eng = LlamaCppEngine(EngineOptions(context_size=2 * CONTEXT, parallel=PARALLEL,
+                                       threads=2))
+    asyncio.run(eng.load())
+    yield eng
+    asyncio.run(eng.aclose())
+
+
+def cached(engine: LlamaCppEngine, tier: int) -> list[int]:
+    """Prompt tokens cached in each slot of a tier (0: split, 1: shared)."""
+    return [len(tokens) for tokens in engine._tiers[tier].slots.cached]
+
+
+def turns(*texts: str, max_tokens: int) -> GenerationRequest:
+    roles = ("user", "assistant")
+    return GenerationRequest(
+        messages=tuple(Message(roles[i % 2], text) for i, text in enumerate(texts)),
+        params=SamplingParams(max_tokens=max_tokens, temperature=0, logprobs=0))
+
+
+async def test_what_fits_a_stream_runs_split_the_rest_shared(tiered: LlamaCppEngine) -> None:
+    split, shared = tiered._tiers
+    assert not split.context.shared and split.context.context_tokens == CONTEXT // PARALLEL
+    assert shared.context.shared and shared.context.context_tokens == CONTEXT
+    assert tiered.info.context_tokens == CONTEXT  # what one conversation may use
+    tiered.forget_cache()
+    short = turns("Name three colours.", max_tokens=16)
+    await run(tiered, short)
+    assert max(cached(tiered, 0)) > 0 and cached(tiered, 1) == [0] * PARALLEL
+    text, _, prompt = await run(tiered, long_request("rivers", 300, 16))
+    assert text and prompt > CONTEXT // PARALLEL  # more than a stream holds
+    assert max(cached(tiered, 1)) >= prompt
+    with pytest.raises(ContextOverflow):  # the shared half is the bound
+        tiered.prepare(long_request("rivers", 300, CONTEXT), 64)
+
+
+async def test_a_conversation_that_outgrows_its_stream_keeps_its_cache(
+        tiered: LlamaCppEngine) -> None:
+    """Turn 1 fits a split stream; turn 2 (turn 1, its answer, a longer question) does not:
+    it runs in the shared tier, its earlier turns' cells moved from the stream rather than
+    decoded again, with the same answer, token for token and logprob for logprob, as the
+    same request with nothing cached."""
+    tiered.forget_cache()
+    question = "Tell me about the moon in a few sentences."
+    answer, _, first = await run(tiered, turns(question, max_tokens=60))
+    assert first + 60 <= CONTEXT // PARALLEL
+    follow = turns(question, answer, "Now say more about its phases and its tides. " * 8,
+                   max_tokens=120)
+    moved = tiered._tiers[1].slots.moved_tokens
+    prepared = tiered.prepare(follow, 64)
+    assert len(prepared.prompt_ids) + 120 > CONTEXT // PARALLEL
+    usage = None
+    text, logprobs = "", []
+    async for event in tiered.stream(prepared):
+        if isinstance(event, EngineText):
+            text += event.text
+            logprobs.extend(lp.logprob for lp in event.logprobs)
+        elif isinstance(event, EngineFinish):
+            usage = event.usage
+    assert usage is not None and usage.cached_tokens >= first - 1  # turn 1's prompt at least
+    assert tiered._tiers[1].slots.moved_tokens - moved == usage.cached_tokens
+    tiered.forget_cache()
+    cold_text, cold_logprobs, _ = await run(tiered, follow)
+    assert (text, logprobs) == (cold_text, cold_logprobs)
+
+
+async def test_both_tiers_stream_at_once_with_the_answers_they_give_alone(
+        tiered: LlamaCppEngine) -> None:
+    tiered.forget_cache()
+    long = long_request("lanterns", 300, 24, logprobs=True)
+    shorts = [turns(f"Write one line about {w}.", max_tokens=24) for w in ("owls", "snow")]
+    alone = [await run(tiered, r) for r in (long, *shorts)]
+    tiered.forget_cache()
+    log: list[str] = []
+    together = await asyncio.gather(run(tiered, long, log, "long"),
+                                    *(run(tiered, r, log, f"s{i}") for i, r in enumerate(shorts)))
+    assert log.index("long first") < log.index("s0 end")  # they overlapped
+    assert [(t, lp) for t, lp, _ in together] == [(t, lp) for t, lp, _ in alone]
+
+
+def test_a_split_streams_saved_cells_become_one_streams() -> None:
+    """migrate.one_stream on llama.cpp's saved form: magic and sequence id, the stream count,
+    a cell count a stream (zero: nothing more), the cells of the sequence's own stream."""
+    head = bytes.fromhex("d83c14af") + (2).to_bytes(4, "little")
+    zero = bytes(4)
+    cells = (3).to_bytes(4, "little") + b"cells..." + bytes(8)  # may end in zero bytes
+    saved = head + (4).to_bytes(4, "little") + zero + zero + cells + zero
+    assert one_stream(saved, 4) == head + (1).to_bytes(4, "little") + cells
+    assert one_stream(saved, 8) is None  # another stream count
+    assert one_stream(head + (4).to_bytes(4, "little") + zero * 4, 4) is None  # no cells
+    elsewhere = head + (4).to_bytes(4, "little") + zero + cells + zero + zero
+    assert one_stream(elsewhere, 4) is None  # not in the sequence's own stream (2)
+    assert one_stream(saved[:10], 4) is None

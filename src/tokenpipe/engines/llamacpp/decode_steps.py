@@ -20,10 +20,12 @@ def time_decode_steps(engine: LlamaCppEngine, sizes: Sequence[int], *, rounds: i
     """LlamaCppEngine.time_decode_steps: loads `engine` (not started), times, frees it."""
     engine._load()
     try:
-        ctx, batch, vocab = engine._ctx, engine._batch, engine._vocab.n_tokens
+        context = engine._tiers[0].context  # the split tier, when there is one
+        ctx, batch, vocab = context.ctx, context.batch, engine._vocab.n_tokens
         need = prompt_tokens + steps + 1
         # every sequence holds its cells at once: a shared cache's share of each
-        room = engine.options.context_size // engine.parallel
+        room = (context.context_tokens // engine.parallel if context.shared
+                else context.context_tokens)
         if need > room:
             raise EngineError(f"{need} tokens a sequence do not fit the context "
                               f"({room} a sequence): raise context_size")
@@ -56,7 +58,7 @@ def time_decode_steps(engine: LlamaCppEngine, sizes: Sequence[int], *, rounds: i
                     for s in range(k):
                         pos[s] += 1
                 for s in range(k):  # back to the prompt: every k sees the same positions
-                    lc.llama_memory_seq_rm(engine._mem, s, prompt_tokens, -1)
+                    lc.llama_memory_seq_rm(context.mem, s, prompt_tokens, -1)
                     pos[s] = prompt_tokens
         return times
     finally:

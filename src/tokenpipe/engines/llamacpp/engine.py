@@ -3,7 +3,8 @@
 One decode thread owns the llama context. Sequences join between steps; each step is one
 llama_decode holding one token per decoding sequence plus a chunk of at most one waiting
 prompt, so a new prompt never stalls the others for long. The prompt cache's
-slots: slots.py.
+slots: slots.py; the KV cache's tiers (a split one for what fits a stream, a shared one for
+longer conversations): tiers.py.
 Tokens reach asyncio through call_soon_threadsafe, once per step for all sequences.
 A token's arithmetic does not depend on what shares its step (--determinism, default exact:
 exact.py picks the kernels), so the caches and the batching never change an answer.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
 import queue
 import threading
 from collections import deque
@@ -34,6 +36,7 @@ from ...types import (
     Usage,
 )
 from ..base import (
+    DEFAULT_CONTEXT,
     Engine,
     EngineInfo,
     EngineOptions,
@@ -43,11 +46,11 @@ from ..base import (
     hand_over,
     opens_thinking,
 )
-from . import decode_steps, exact
-from .context import Context
+from . import decode_steps, exact, threadpool
 from .progress import progress
 from .sampler import make_sampler
 from .slots import Seq, Slots
+from .tiers import Tier, default_cells, layout, move_prefix, per_sequence, tier_for
 from .vocab import Vocab
 
 try:
@@ -79,9 +82,11 @@ class LlamaCppEngine(Engine):
                               f"not {options.determinism!r}")
         self.determinism = options.determinism
         self.rows_exact: bool | None = None  # the load-time check's verdict (None: not run)
-        per_sequence = options.context_size if options.kv_cache == "shared" else (
-            options.context_size // self.parallel)
-        self.info = EngineInfo("llamacpp", model_id, per_sequence, self.parallel)
+        cells = options.context_size or default_cells(options.kv_cache, self.parallel,
+                                                      DEFAULT_CONTEXT)  # until load
+        self._layout = layout(options.kv_cache, cells, self.parallel)
+        self.info = EngineInfo("llamacpp", model_id,
+                               per_sequence(options.kv_cache, cells, self.parallel), self.parallel)
         self._inbox: queue.SimpleQueue[Seq] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._stop = False
@@ -89,8 +94,9 @@ class LlamaCppEngine(Engine):
         self._failure: str | None = None
         self.failures = 0  # decode-loop faults that ended the generations in flight
         self.restarts = 0  # fresh contexts after such a fault
-        self._context: Context | None = None
-        self._slots = Slots(self.parallel)
+        self._tiers: list[Tier] = []
+        self._pool: threadpool.Threadpool | None = None
+        self._slot_sets = [Slots(self.parallel) for _ in self._layout]  # a Slots a tier
 
     logprobs = True  # the log-softmax of the row each token is sampled from
 
@@ -117,6 +123,10 @@ class LlamaCppEngine(Engine):
         if not self._model:
             raise EngineError(f"llama.cpp could not load {path}")
         self._vocab = Vocab(self._model, self.options.chat_template)
+        if self.options.context_size is None:  # the model's own trained context
+            self._layout = layout(self.options.kv_cache, default_cells(
+                self.options.kv_cache, self.parallel, lc.llama_model_n_ctx_train(self._model)),
+                self.parallel)
         self.model_path = path
         # the grammar library's view of the vocabulary (~0.4 s): built beside the rest of
         # the load, awaited by the first request with an output format
@@ -124,22 +134,28 @@ class LlamaCppEngine(Engine):
         self._guides = build_in_background(
             lambda: Guides.for_llamacpp(vocab.handle, vocab.n_tokens), "llamacpp-guides")
         self._new_context()
-        log.info("loaded %s: context %d %s, %d sequences, %d threads", path.name,
-                 self.options.context_size,
-                 "shared" if self._context is not None and self._context.shared else
-                 f"split ({self.info.context_tokens} a sequence)", self.parallel, self._threads)
+        log.info("loaded %s: context %d (%s), %d sequences, %d threads", path.name,
+                 sum(cells for _, cells in self._layout),
+                 " + ".join(t.label for t in self._tiers),
+                 self.parallel, self._threads)
 
     def _new_context(self) -> None:
-        """A fresh context, batch and thread pool for the loaded model (at load, and when the
-        engine recovers from a fault: the old context's state is unknown then)."""
-        c = self._context = Context.open(self._model, self.options, self.parallel,
-                                         PROMPT_CHUNK + self.parallel)
-        self._ctx, self._mem, self._batch = c.ctx, c.mem, c.batch
-        self._threads, self._batch_cap = c.threads, c.batch_cap
-        self.info = EngineInfo("llamacpp", self.info.model_id, c.context_tokens,
-                               self.parallel)
-        self._slots.reset(self._mem, c.context_tokens if c.shared else None)
-        self.rows_exact = exact.check(self.determinism, c, self._vocab.n_tokens, self.parallel)
+        """Fresh contexts (a tier each), batches and thread pool for the loaded model (at
+        load, and when the engine recovers from a fault: the old state is unknown then)."""
+        self._threads = self.options.threads or os.cpu_count() or 1
+        self._pool = threadpool.create(self._threads)
+        for (shared, cells), slots in zip(self._layout, self._slot_sets, strict=True):
+            tier = Tier.open(self._model, self.options, slots, shared=shared, cells=cells,
+                             threads=self._threads, batch_min=PROMPT_CHUNK + self.parallel)
+            self._tiers.append(tier)
+            if self._pool is not None:
+                self._pool.attach(tier.context.ctx)
+        self._batch_cap = min(t.context.batch_cap for t in self._tiers)
+        self.info = EngineInfo("llamacpp", self.info.model_id,
+                               max(t.context.context_tokens for t in self._tiers), self.parallel)
+        verdicts = [exact.check(self.determinism, t.context, self._vocab.n_tokens,
+                                self.parallel) for t in self._tiers]
+        self.rows_exact = None if verdicts[0] is None else all(verdicts)
 
     def check_output(self, request: GenerationRequest) -> None:
         for inside in (False, True) if request.reasoning_budget is not None else (False,):
@@ -191,17 +207,19 @@ class LlamaCppEngine(Engine):
 
     def forget_cache(self) -> None:
         """Drops every slot's cached prompt (benchmarks of cold starts). Only while idle."""
-        self._slots.forget()
+        for slots in self._slot_sets:
+            slots.forget()
 
     @property
     def reused_prefix_tokens(self) -> int:
-        """Prompt tokens found in a slot's cache, not decoded again (since load)."""
-        return self._slots.reused_tokens
+        """Prompt tokens found in a slot's cache (or moved from the split tier's), not
+        decoded again (since load)."""
+        return sum(s.reused_tokens + s.moved_tokens for s in self._slot_sets)
 
     @property
     def shared_prefix_tokens(self) -> int:
         """Prompt tokens copied from another running sequence (since load)."""
-        return self._slots.shared_tokens
+        return sum(s.shared_tokens for s in self._slot_sets)
 
     async def aclose(self) -> None:
         self._stop = True
@@ -220,10 +238,13 @@ class LlamaCppEngine(Engine):
             self._model = None
 
     def _free_run_state(self) -> None:
-        """Frees the context, its batch and thread pool; the model stays loaded."""
-        if self._context is not None:
-            self._context.close()
-            self._context = self._ctx = None
+        """Frees the contexts, their batches and the thread pool; the model stays loaded."""
+        if self._pool is not None:
+            self._pool.close()  # detaches the contexts first
+            self._pool = None
+        for tier in self._tiers:
+            tier.context.close()
+        self._tiers = []
 
     # ---- the decode thread --------------------------------------------------------------
     def _run(self) -> None:
@@ -238,12 +259,7 @@ class LlamaCppEngine(Engine):
         while not self._stop:
             waiting.extend(drain(self._inbox))
             self._drop_cancelled(waiting, active)
-            while waiting and self._slots.free:
-                seq = waiting[0]
-                if not self._assign(seq, active):
-                    break  # the shared cache has no room for it until one ends
-                waiting.popleft()
-                active.append(seq)
+            self._admit(waiting, active)
             if not active:
                 self._wake.wait()
                 self._wake.clear()
@@ -289,9 +305,28 @@ class LlamaCppEngine(Engine):
             if seq.donor is not None and seq.donor not in active:
                 seq.donor, seq.share = None, 0
 
-    def _assign(self, seq: Seq, active: list[Seq]) -> bool:
-        if not self._slots.assign(seq, active):
+    def _admit(self, waiting: deque[Seq], active: list[Seq]) -> None:
+        """Starts the waiting sequences that have a slot and room in their tier, first come
+        first served within a tier: one that waits for room in the shared tier holds back
+        the later ones there, not those of the split tier."""
+        full: set[int] = set()
+        for seq in list(waiting):
+            tier = tier_for(self._tiers, seq)
+            if id(tier) in full:
+                continue
+            if not tier.slots.free or not self._assign(seq, tier, active):
+                full.add(id(tier))  # no slot, or no room until one ends
+                if len(full) == len(self._tiers):
+                    return
+                continue
+            waiting.remove(seq)
+            active.append(seq)
+
+    def _assign(self, seq: Seq, tier: Tier, active: list[Seq]) -> bool:
+        if not tier.slots.assign(seq, [other for other in active if other.tier is tier]):
             return False
+        seq.tier = tier
+        move_prefix(seq, self._tiers)
         request = seq.prepared.request
         seq.sampler = make_sampler(request.params, self._vocab.n_tokens,
                                    seq.prompt, self.info.context_tokens)
@@ -301,7 +336,7 @@ class LlamaCppEngine(Engine):
         return True
 
     def _release(self, seq: Seq) -> None:
-        self._slots.release(seq)
+        seq.tier.slots.release(seq)
         seq.guide = None
         if seq.sampler is not None:
             lc.llama_sampler_free(seq.sampler)
@@ -309,8 +344,10 @@ class LlamaCppEngine(Engine):
 
     def _step(self, active: list[Seq]) -> None:
         rows = self._plan(active)
-        # serial: one token per llama_decode, so that every matmul sees a single row
-        groups = [[row] for row in rows] if self.determinism == "serial" else [rows]
+        # a llama_decode a tier; serial: one token each, so that every matmul sees one row
+        groups = [[row for row in rows if row[0].tier is tier] for tier in self._tiers]
+        if self.determinism == "serial":
+            groups = [[row] for group in groups for row in group]
         outbox: list[tuple[Seq, list[EngineEvent | BaseException]]] = []
         for group in groups:
             group = [row for row in group if row[0] in active]  # not failed or finished
@@ -326,7 +363,7 @@ class LlamaCppEngine(Engine):
         rows: list[_Row] = []
         for seq in active:
             if seq.donor is not None and seq.donor.n_past >= seq.share:
-                self._slots.take_from_donor(seq)
+                seq.tier.slots.take_from_donor(seq)
             if not seq.todo:
                 rows.append((seq, seq.last, seq.n_past, True))
         budget = self._batch_cap - len(rows)
@@ -345,25 +382,27 @@ class LlamaCppEngine(Engine):
 
     def _decode(self, rows: list[_Row], active: list[Seq]
                 ) -> list[tuple[Seq, list[EngineEvent | BaseException]]]:
-        """One llama_decode of rows, then each sequence's sampled token (or the error)."""
-        batch = self._batch
+        """One llama_decode of rows (all of one tier), then each sequence's sampled token
+        (or the error)."""
+        tier = rows[0][0].tier
+        batch = tier.context.batch
         for i, (seq, token, pos, logits) in enumerate(rows):
             batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, pos, 1
             batch.seq_id[i][0], batch.logits[i] = seq.slot, logits
             if logits:
                 seq.batch_index = i
         batch.n_tokens = len(rows)
-        rc = lc.llama_decode(self._ctx, batch)
+        rc = lc.llama_decode(tier.context.ctx, batch)
         outbox: list[tuple[Seq, list[EngineEvent | BaseException]]] = []
         if rc != 0:
             error = EngineError(f"llama_decode failed with code {rc}")
             for seq in dict.fromkeys(row[0] for row in rows):
-                self._slots.drop(seq.slot)
+                tier.slots.drop(seq.slot)
                 active.remove(seq)
                 self._release(seq)
                 outbox.append((seq, [error]))
             return outbox
-        cached = self._slots.cached
+        cached = tier.slots.cached
         for seq, token, _, _ in rows:
             cached[seq.slot].append(token)
             seq.n_past += 1
@@ -376,15 +415,16 @@ class LlamaCppEngine(Engine):
         guide = seq.guide
         top = seq.prepared.request.params.logprobs
         logits = None
+        ctx = seq.tier.context.ctx
         if seq.sampler is None or guide is not None or top is not None:
-            logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(self._ctx, seq.batch_index),
+            logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, seq.batch_index),
                                            shape=(self._vocab.n_tokens,))
             if guide is not None:  # in place: the sampler chain reads the same row
                 guide.constrain(logits)
         if seq.sampler is None:
             token = int(np.argmax(logits))  # type: ignore[arg-type]  # fetched just above
         else:  # the chain works on a copy of the row: `logits` stays as the model wrote it
-            token = lc.llama_sampler_sample(seq.sampler, self._ctx, seq.batch_index)
+            token = lc.llama_sampler_sample(seq.sampler, ctx, seq.batch_index)
         seq.generated += 1
         items: list[EngineEvent | BaseException] = []
         finish: FinishReason | None = None

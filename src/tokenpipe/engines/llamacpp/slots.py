@@ -4,7 +4,7 @@ of a chat, the same system prompt) skips that prefix; a prompt that shares a cle
 longer prefix with a running sequence (or the very same prompt: the choices of a request
 with `n`) copies that sequence's cells instead.
 
-With the shared KV cache (llama.cpp's unified cache, the default) every slot's cells come
+In a shared KV cache (llama.cpp's unified cache: the shared tier, tiers.py) every slot's cells come
 from one pool of `capacity` cells: a sequence starts only when its prompt plus max_tokens
 fit beside what the running ones may still grow to, emptying the caches of free slots
 (least recently used first) to make room; otherwise it waits for one to end. With the split
@@ -38,6 +38,7 @@ class Seq:
     max_tokens: int
     cancelled: bool = False
     slot: int = -1
+    tier: Any = None  # the tier whose context holds its cells (tiers.py), once it has a slot
     n_past: int = 0  # tokens of this sequence already in the KV cache
     todo: list[int] = field(default_factory=list)  # prompt tokens still to decode
     last: int = -1  # the sampled token that the next step decodes
@@ -60,6 +61,7 @@ class Slots:
         self.reused_tokens = 0  # prompt tokens found in a slot's cache, not decoded
         self.shared_tokens = 0  # prompt tokens copied from another sequence
         self.evicted_tokens = 0  # cached cells emptied to make room in the shared cache
+        self.moved_tokens = 0  # prompt tokens whose cells came from the split tier's cache
         self.reset(None, None)
 
     def reset(self, mem: Any, capacity: int | None) -> None:
@@ -81,7 +83,7 @@ class Slots:
         prompt is decoded once, not once per request."""
         best, best_common = self.free[0], -1
         for slot in self.free:
-            common = _common_prefix(self.cached[slot], seq.prompt)
+            common = common_prefix(self.cached[slot], seq.prompt)
             if common > best_common:
                 best, best_common = slot, common
         if not self._room(seq, best, active):
@@ -96,7 +98,7 @@ class Slots:
         seq.cached = common
         donor, share = None, 0
         for other in active:
-            shared = min(_common_prefix(other.prompt, seq.prompt), limit)
+            shared = min(common_prefix(other.prompt, seq.prompt), limit)
             # a clearly longer prefix, or the very same prompt (the choices of a request
             # with n: however short, it is decoded once)
             least = common + (1 if other.prompt == seq.prompt else SHARE_MIN)
@@ -162,7 +164,7 @@ class Slots:
             self.drop(slot)
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:

@@ -1,9 +1,11 @@
-"""A persistent ggml thread pool for a llama context, as llama-server uses.
+"""A persistent ggml thread pool for the llama contexts of one engine, as llama-server uses.
 
 Without one, every llama_decode starts and joins its worker threads; with one, the workers
 stay and poll briefly between steps (about 2 ms a step saved at 8 sequences here).
 llama-cpp-python does not bind these functions, so they are reached through ctypes on the
 libraries it already loaded. Any mismatch makes this a no-op: decoding still works.
+One pool serves every context of the engine (the KV cache's tiers): they decode one after
+the other on the decode thread, and a second pool's workers would poll beside the first's.
 """
 
 from __future__ import annotations
@@ -30,18 +32,30 @@ class _ThreadpoolParams(ctypes.Structure):
 
 
 class Threadpool:
-    def __init__(self, handle: int, free: Any) -> None:
+    def __init__(self, handle: int, lib: Any, free: Any) -> None:
         self.handle = handle
+        self._lib = lib
         self._free = free
+        self._attached: list[Any] = []
+
+    def attach(self, ctx: Any) -> None:
+        """ctx decodes on this pool from now on (until close)."""
+        ctx_ptr = ctypes.cast(ctx, ctypes.c_void_p)
+        self._lib.llama_attach_threadpool(ctx_ptr, self.handle, self.handle)
+        self._attached.append(ctx_ptr)
 
     def close(self) -> None:
+        """Detaches every context (before they are freed), then frees the pool."""
         if self.handle:
+            for ctx_ptr in self._attached:
+                self._lib.llama_detach_threadpool(ctx_ptr)
+            self._attached.clear()
             self._free(self.handle)
             self.handle = 0
 
 
-def attach(ctx: Any, n_threads: int, poll: int = 50) -> Threadpool | None:
-    """Creates a pool of n_threads and attaches it to ctx; None if this build can't."""
+def create(n_threads: int, poll: int = 50) -> Threadpool | None:
+    """A pool of n_threads (attach contexts to it); None if this build can't."""
     try:
         import llama_cpp
         from llama_cpp import llama_cpp as bindings
@@ -71,11 +85,4 @@ def attach(ctx: Any, n_threads: int, poll: int = 50) -> Threadpool | None:
     handle = cpu.ggml_threadpool_new(ctypes.byref(params))
     if not handle:
         return None
-    ctx_ptr = ctypes.cast(ctx, ctypes.c_void_p)
-    lib.llama_attach_threadpool(ctx_ptr, handle, handle)
-
-    def free(h: int) -> None:
-        lib.llama_detach_threadpool(ctx_ptr)
-        cpu.ggml_threadpool_free(h)
-
-    return Threadpool(handle, free)
+    return Threadpool(handle, lib, cpu.ggml_threadpool_free)

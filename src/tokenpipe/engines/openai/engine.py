@@ -88,7 +88,7 @@ class OpenAIEngine(Engine):
     def from_options(cls, options: EngineOptions) -> OpenAIEngine:
         urls = [u for u in (options.upstream or "").split(",") if u.strip()]
         return cls(urls, api_key=options.upstream_key, model=options.model,
-                   model_id=options.model_id, context_tokens=options.context_size,
+                   model_id=options.model_id, context_tokens=options.total_context,
                    parallel=options.parallel,
                    first_token_timeout_s=options.upstream_first_token_timeout_s,
                    idle_timeout_s=options.upstream_idle_timeout_s)

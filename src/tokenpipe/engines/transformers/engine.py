@@ -112,7 +112,7 @@ class TransformersEngine(Engine):
         self.parallel = max(1, options.parallel)
         self.prefill_tokens = prefill_tokens
         self.info = EngineInfo("transformers", options.model_id or model_name(options.model),
-                               options.context_size, self.parallel)
+                               options.total_context, self.parallel)
         self._step_hook = step_hook
         self._inbox: queue.SimpleQueue[_Seq] = queue.SimpleQueue()
         self._wake = threading.Event()
@@ -142,7 +142,7 @@ class TransformersEngine(Engine):
             self._tok.chat_template = self.options.chat_template
         self._device = device
         config = self._model.config.get_text_config(decoder=True)
-        native = getattr(config, "max_position_embeddings", None) or self.options.context_size
+        native = getattr(config, "max_position_embeddings", None) or self.options.total_context
         self._eog = end_tokens(self._model, self._tok)
         # transformers 5.x renamed forward's past_key_values to cache (the old name warns).
         params = inspect.signature(self._model.forward).parameters
@@ -153,7 +153,7 @@ class TransformersEngine(Engine):
                                            "transformers-guides")
         max_batch = self.parallel if self._batchable else 1
         self.info = EngineInfo("transformers", self.info.model_id,
-                               min(int(native), self.options.context_size), max_batch)
+                               min(int(native), self.options.total_context), max_batch)
         log.info("loaded %s on %s (%s): context %d, batch %d", source, device, dtype,
                  self.info.context_tokens, max_batch)
 
