@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import signal
 import socket
@@ -172,3 +173,37 @@ def model_server() -> Iterator[ServerProcess]:
     with running(ServerProcess(("--parallel", "4", "--ctx-size", "8192",
                                 "--kv-cache", "split"))) as server:
         yield server
+
+
+class _LoadedOnce:
+    """Stands in for a transformers Auto class: from_pretrained with the same arguments
+    loads once, then hands out `give(the loaded object)`."""
+
+    def __init__(self, real: Any, give: Callable[[Any], Any]) -> None:
+        self._real, self._give, self._loaded = real, give, {}
+
+    def from_pretrained(self, source: str, **kwargs: Any) -> Any:
+        key = (source, repr(sorted(kwargs.items())))
+        if key not in self._loaded:  # a load that raises is not kept: the next one retries
+            self._loaded[key] = self._real.from_pretrained(source, **kwargs)
+        return self._give(self._loaded[key])
+
+
+@pytest.fixture(scope="session")
+def transformers_loads_once() -> Iterator[None]:
+    """The in-process transformers engines load the bundled GGUF once a session, not once a
+    module (~30 s each: transformers parses and de-quantizes the GGUF in Python). Each
+    engine still runs its own load() (path, device, dtype, threads, errors) and its own
+    decode thread; only from_pretrained is remembered: every engine gets its own copy of
+    the tokenizer (--chat-template sets it), and one model, whose weights inference only
+    reads. An argument never loaded before (a bad path) goes to the real from_pretrained."""
+    if not os.environ.get("CI"):
+        pytest.importorskip("transformers", reason="the transformers extra is not installed")
+    from tokenpipe.engines.transformers import loading
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loading, "AutoTokenizer", _LoadedOnce(loading.AutoTokenizer,
+                                                            copy.deepcopy))
+        patch.setattr(loading, "AutoModelForCausalLM",
+                      _LoadedOnce(loading.AutoModelForCausalLM, lambda model: model))
+        yield

@@ -43,6 +43,8 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
     name = request.param
     if name in NEEDS and not os.environ.get("CI"):
         pytest.importorskip(NEEDS[name], reason=f"the {name} extra is not installed")
+    if name == "transformers":  # the GGUF loaded once a session (tests/conftest.py)
+        request.getfixturevalue("transformers_loads_once")
     options = EngineOptions(model=_model_for(name), context_size=4096, parallel=2, threads=2)
     eng = engine_class(name).from_options(options)
     asyncio.run(eng.load())

@@ -52,6 +52,8 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
     name = request.param
     if name in NEEDS and not os.environ.get("CI"):
         pytest.importorskip(NEEDS[name], reason=f"the {name} extra is not installed")
+    if name == "transformers":  # the GGUF loaded once a session (tests/conftest.py)
+        request.getfixturevalue("transformers_loads_once")
     model = None
     if name == "transformers":  # the same bundled GGUF, loaded through transformers
         from tokenpipe.engines.base import bundled_model_path

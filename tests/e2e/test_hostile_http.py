@@ -211,6 +211,11 @@ async def test_origin_prefix_hijack_is_refused(server: ServerProcess) -> None:
 # ---- 2. Host (DNS rebinding) ---------------------------------------------------------------
 
 
+# an answered request (not refused) ends now, not at the 5 s keep-alive timeout: exchange()
+# reads until the server closes
+CLOSE = b"Connection: close\r\n"
+
+
 def get(path: str, host: str, extra: bytes = b"") -> bytes:
     return f"GET {path} HTTP/1.1\r\nHost: {host}\r\n".encode() + extra + b"\r\n"
 
@@ -238,7 +243,7 @@ async def test_dns_rebinding_hosts_are_refused_on_every_route(server: ServerProc
                     + b'content-length: 44\r\n\r\n{"messages":[{"role":"user","content":"x"}]}')
             assert (await exchange(server, post))[0] == 421
         for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", "127.0.0.2"):
-            assert (await exchange(server, get("/v1/models", host)))[0] == 200, host
+            assert (await exchange(server, get("/v1/models", host, CLOSE)))[0] == 200, host
 
     await under_attack(server, "dns rebinding", f"{len(rebound) * 5} requests with a foreign Host",
                        attack)
@@ -246,7 +251,7 @@ async def test_dns_rebinding_hosts_are_refused_on_every_route(server: ServerProc
 
 async def test_allowed_hosts_are_answered_and_others_still_refused() -> None:
     with running(ServerProcess(("--engine", "fake", "--allowed-hosts", "chat.example.com"))) as s:
-        assert (await exchange(s, get("/v1/models", "chat.example.com:443")))[0] == 200
+        assert (await exchange(s, get("/v1/models", "chat.example.com:443", CLOSE)))[0] == 200
         assert (await exchange(s, get("/v1/models", "evil.com")))[0] == 421
         reader, writer = await connect(s)  # Origin equal to an allowed Host
         writer.write(get("/ws", "chat.example.com", UPGRADE + b"Origin: http://chat.example.com\r\n"))

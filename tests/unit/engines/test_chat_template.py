@@ -15,8 +15,11 @@ TEMPLATE = ("MARKER {% for m in messages %}[{{ m['role'] }}] {{ m['content'] }} 
 
 @pytest.mark.model
 @pytest.mark.parametrize("name", ["llamacpp", "transformers"])
-async def test_the_template_given_renders_the_prompt(name: str) -> None:
+async def test_the_template_given_renders_the_prompt(name: str,
+                                                     request: pytest.FixtureRequest) -> None:
     pytest.importorskip({"llamacpp": "llama_cpp", "transformers": "transformers"}[name])
+    if name == "transformers":  # the GGUF loaded once a session (tests/conftest.py)
+        request.getfixturevalue("transformers_loads_once")
     request = chat("Hello there")
     engine = engine_class(name).from_options(EngineOptions(
         parallel=1, context_size=512, threads=2, chat_template=TEMPLATE))

@@ -45,8 +45,11 @@ def test_the_fake_engine_leaves_the_turn_open() -> None:
 
 @pytest.mark.model
 @pytest.mark.parametrize("name", ["llamacpp", "transformers"])
-async def test_the_model_template_renders_the_prefill(name: str) -> None:
+async def test_the_model_template_renders_the_prefill(name: str,
+                                                      request: pytest.FixtureRequest) -> None:
     pytest.importorskip({"llamacpp": "llama_cpp", "transformers": "transformers"}[name])
+    if name == "transformers":  # the GGUF loaded once a session (tests/conftest.py)
+        request.getfixturevalue("transformers_loads_once")
     from tokenpipe.config import engine_class
 
     engine = engine_class(name).from_options(EngineOptions(parallel=1, context_size=512,

@@ -28,6 +28,8 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
     name = request.param
     if not os.environ.get("CI"):
         pytest.importorskip(NEEDS[name], reason=f"the {name} extra is not installed")
+    if name == "transformers":  # the GGUF loaded once a session (tests/conftest.py)
+        request.getfixturevalue("transformers_loads_once")
     model = str(bundled_model_path()) if name == "transformers" else None
     eng = engine_class(name).from_options(
         EngineOptions(model=model, context_size=1024, parallel=2, threads=2))

@@ -66,7 +66,7 @@ def recorder() -> Recorder:
 
 
 @pytest.fixture(scope="module")
-def engine(recorder: Recorder) -> Iterator[TransformersEngine]:
+def engine(recorder: Recorder, transformers_loads_once: None) -> Iterator[TransformersEngine]:
     options = EngineOptions(context_size=4096, parallel=4, threads=2)
     eng = TransformersEngine(options, step_hook=recorder)
     asyncio.run(eng.load())
