@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.types import Send
 
 from ...protocol import sse
@@ -23,9 +23,7 @@ from ...protocol.responses.items import (
 )
 from ...protocol.responses.objects import ResponseShape, status_of
 from ...session import Cursor, Delta, Failed, Finished, Queued
-from ...types import Progress
-from ..door_response import no_receive
-from .session_response import SSE_HEADERS, SessionResponse, error_response
+from .session_response import SessionResponse
 
 
 def text_of(items: OutputItems) -> str:
@@ -42,6 +40,9 @@ def ended(shape: ResponseShape, end: Finished | Failed, items: OutputItems
 
 
 class ItemsResponse(SessionResponse):
+    def _waiting(self, event: Queued) -> bytes:
+        return sse.comment(f"queued position={event.position}")  # (no "loading model")
+
     async def _final(self, end: Finished | Failed, items: OutputItems
                      ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         final, closing = ended(self.shape, end, items)
@@ -52,23 +53,13 @@ class ItemsResponse(SessionResponse):
     async def _stream(self, cursor: Cursor, send: Send) -> None:
         items = OutputItems(self.shape)
         numbered = Numbered()
-        headers_sent = opened = False
+        opened = False
         while True:
             out: list[bytes] = []
             ended = False
-            batch = await self._events(cursor)
-            if not batch:
-                out.append(sse.comment("ping"))
-            for event in batch:
-                if isinstance(event, Queued):
-                    out.append(sse.comment(f"queued position={event.position}"))
-                    continue
-                if isinstance(event, Progress):
-                    out.append(sse.progress(event.done, event.total))
-                    continue
-                if isinstance(event, Failed) and not opened and not headers_sent:
-                    await error_response(event.error)(self._scope, no_receive, send)
-                    return
+            for event in await self._events(cursor, out):
+                if isinstance(event, Failed) and not (opened or self._head.sent):
+                    return await self._refuse(event.error, send)
                 if isinstance(event, Delta | Finished | Failed) and not opened:
                     opened = True
                     out.append(numbered.sse(opening_events(self.shape)))
@@ -78,26 +69,12 @@ class ItemsResponse(SessionResponse):
                     _, closing = await self._final(event, items)
                     out.append(numbered.sse(closing))
                     ended = True
-            if not out:
-                continue
-            if not headers_sent:
-                headers_sent = True
-                await send({"type": "http.response.start", "status": 200,
-                            "headers": SSE_HEADERS})
-            await send({"type": "http.response.body", "body": b"".join(out),
-                        "more_body": not ended})
-            if ended:
+            if await self._head.write(send, out, ended):
                 return
 
-    async def _whole(self, cursor: Cursor, send: Send) -> None:
+    async def _answer(self, deltas: list[Delta], end: Finished) -> Response:
         items = OutputItems(self.shape)
-        async for event in cursor:
-            if isinstance(event, Delta):
-                items.feed(event)
-            elif isinstance(event, Finished):
-                final, _ = await self._final(event, items)
-                await JSONResponse(final)(self._scope, no_receive, send)
-                return
-            elif isinstance(event, Failed):
-                await error_response(event.error)(self._scope, no_receive, send)
-                return
+        for delta in deltas:
+            items.feed(delta)
+        final, _ = await self._final(end, items)
+        return JSONResponse(final)
