@@ -26,6 +26,7 @@ from .race import http_disconnect, race
 
 PING_INTERVAL_S = 15.0  # default of Settings.sse_ping_interval_s
 Headers = list[tuple[bytes, bytes]]
+_ASIDE = (Queued, Progress)  # what an SSE stream says in a comment, not in the door's shape
 
 
 class HeadFirst:
@@ -129,6 +130,12 @@ class DoorResponse(Response):
         batch = await cursor.next()
         if not batch:
             out.append(self.ping)
+        for event in batch:
+            if isinstance(event, _ASIDE):
+                return self._aside(batch, out)
+        return batch  # the common batch (deltas): no copy
+
+    def _aside(self, batch: list[Event], out: list[bytes]) -> list[Event]:
         events: list[Event] = []
         for event in batch:
             if isinstance(event, Queued):
