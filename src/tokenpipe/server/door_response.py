@@ -2,10 +2,11 @@
 Ollama): an ASGI response whose status and headers wait for the session's first events;
 the session's events raced against the client's leaving (race.py), so a client that goes
 away cancels its generation at once; and the idle ping timer. A door subclasses it with
-its own `_stream` (the wire format, event by event), and what differs in the rest: its
-stream headers, its error response (`error_response`) and its whole answer (`_answer`).
-A streamed answer's bytes go out through HeadFirst, so its status waits for its first
-bytes and a failure before them is still the door's own error status (`_refuse`).
+what differs: its stream headers, its error response (`error_response`), its whole answer
+(`_answer`) and its stream's chunks (`_opening`, `_delta`, `_closing`; a door whose stream
+is not that, Ollama's, resumable SSE's, has its own `_stream`). A streamed answer's bytes
+go out through HeadFirst, so its status waits for its first bytes and a failure before
+them is still the door's own error status (`_refuse`).
 
 The ping timer is armed once and moved on lazily: a token only notes its time, and the
 timer, when it fires early, re-arms itself for the rest (no timer per token)."""
@@ -57,6 +58,7 @@ class DoorResponse(Response):
 
     progress = False
     stream_headers: ClassVar[Headers] = []  # the door's, of a streamed answer
+    opens: ClassVar[tuple[type, ...]] = (Delta, Finished)  # the events its opening precedes
     ping: ClassVar[bytes] = sse.comment("ping")  # what an idle SSE stream hears every ping_s
 
     def __init__(self, session: GenerationSession, *, stream: bool,
@@ -88,6 +90,33 @@ class DoorResponse(Response):
             await self.background()
 
     async def _stream(self, cursor: Cursor, send: Send) -> None:
+        opened = False
+        while True:
+            out: list[bytes] = []
+            ended = False
+            for event in await self._events(cursor, out):
+                if isinstance(event, Failed) and not (opened or self._head.sent):
+                    return await self._refuse(event.error, send)
+                if not opened and isinstance(event, self.opens):
+                    opened = True
+                    out.append(self._opening(event))
+                if isinstance(event, Delta):
+                    out.append(self._delta(event))
+                elif isinstance(event, Finished | Failed):
+                    out.append(await self._closing(event))
+                    ended = True
+            if await self._head.write(send, out, ended):
+                return
+
+    def _opening(self, event: Event) -> bytes:
+        """The stream's first chunk, before `event` (one of `opens`)."""
+        raise NotImplementedError
+
+    def _delta(self, event: Delta) -> bytes:
+        raise NotImplementedError
+
+    async def _closing(self, end: Finished | Failed) -> bytes:
+        """The stream's last chunks: its end, or its failure after it opened."""
         raise NotImplementedError
 
     def error_response(self, exc: TokenpipeError) -> Response:

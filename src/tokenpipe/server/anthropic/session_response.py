@@ -17,12 +17,11 @@ import json
 import math
 
 from starlette.responses import JSONResponse, Response
-from starlette.types import Send
 
 from ...errors import TokenpipeError
 from ...protocol.anthropic.errors import error_body, status_of
 from ...protocol.anthropic.events import PING, MessageRender
-from ...session import Cursor, Delta, Failed, Finished, GenerationSession
+from ...session import Delta, Event, Failed, Finished, GenerationSession
 from ..door_response import PING_INTERVAL_S, DoorResponse
 
 SSE_HEADERS = [
@@ -60,26 +59,14 @@ class SessionResponse(DoorResponse):
         return Response(json.dumps(self.shape.whole(deltas, end), ensure_ascii=False),
                         media_type="application/json")
 
-    async def _stream(self, cursor: Cursor, send: Send) -> None:
-        shape = self.shape
-        opened = False
-        while True:
-            out: list[bytes] = []
-            ended = False
-            for event in await self._events(cursor, out):
-                if isinstance(event, Delta | Finished) and not opened:
-                    opened = True
-                    out.append(shape.opening(self.session.usage(),
-                                             event if isinstance(event, Delta) else None))
-                if isinstance(event, Delta):
-                    out.append(shape.delta(event))
-                elif isinstance(event, Finished):
-                    out.append(shape.finish(event))
-                    ended = True
-                elif isinstance(event, Failed):
-                    if not (opened or self._head.sent):
-                        return await self._refuse(event.error, send)
-                    out.append(shape.error(error_body(event.error)))
-                    ended = True
-            if await self._head.write(send, out, ended):
-                return
+    def _opening(self, event: Event) -> bytes:
+        return self.shape.opening(self.session.usage(),
+                                  event if isinstance(event, Delta) else None)
+
+    def _delta(self, event: Delta) -> bytes:
+        return self.shape.delta(event)
+
+    async def _closing(self, end: Finished | Failed) -> bytes:
+        if isinstance(end, Failed):
+            return self.shape.error(error_body(end.error))
+        return self.shape.finish(end)

@@ -18,13 +18,12 @@ import math
 from collections.abc import Mapping
 
 from starlette.responses import JSONResponse, Response
-from starlette.types import Send
 
 from ...errors import TokenpipeError
 from ...protocol import sse
 from ...protocol.openai.errors import error_body
 from ...protocol.openai.render import ChatRender, CompletionRender
-from ...session import Cursor, Delta, Failed, Finished, GenerationSession
+from ...session import Delta, Event, Failed, Finished, GenerationSession
 from ..door_response import PING_INTERVAL_S, DoorResponse
 
 SSE_HEADERS = [
@@ -64,33 +63,21 @@ class SessionResponse(DoorResponse):
         body = self.shape.whole(deltas, end.reason.value, end.usage)
         return Response(body.model_dump_json(), media_type="application/json")
 
-    async def _stream(self, cursor: Cursor, send: Send) -> None:
+    def _opening(self, event: Event) -> bytes:
+        return self.shape.opening()
+
+    def _delta(self, event: Delta) -> bytes:
         shape = self.shape
-        opened = False
-        while True:
-            out: list[bytes] = []
-            ended = False
-            for event in await self._events(cursor, out):
-                if isinstance(event, Delta | Finished) and not opened:
-                    opened = True
-                    out.append(shape.opening())
-                if isinstance(event, Delta):
-                    if event.channel != "content":
-                        out.append(shape.part(event))
-                    elif shape.scored:
-                        out.append(shape.scored_delta(event))
-                    else:
-                        out.append(shape.delta(event.text))
-                elif isinstance(event, Finished):
-                    out.append(shape.finish(event.reason.value))
-                    if self.include_usage:
-                        out.append(shape.usage(event.usage))
-                    out.append(sse.DONE)
-                    ended = True
-                elif isinstance(event, Failed):
-                    if not (opened or self._head.sent):
-                        return await self._refuse(event.error, send)
-                    out += [sse.data(error_body(event.error)), sse.DONE]
-                    ended = True
-            if await self._head.write(send, out, ended):
-                return
+        if event.channel != "content":
+            return shape.part(event)
+        if shape.scored:
+            return shape.scored_delta(event)
+        return shape.delta(event.text)
+
+    async def _closing(self, end: Finished | Failed) -> bytes:
+        if isinstance(end, Failed):
+            return sse.data(error_body(end.error)) + sse.DONE
+        chunks = self.shape.finish(end.reason.value)
+        if self.include_usage:
+            chunks += self.shape.usage(end.usage)
+        return chunks + sse.DONE

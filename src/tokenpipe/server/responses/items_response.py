@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from starlette.responses import JSONResponse, Response
-from starlette.types import Send
 
 from ...protocol import sse
 from ...protocol.responses.events import failure_event
@@ -22,8 +21,8 @@ from ...protocol.responses.items import (
     terminal_events,
 )
 from ...protocol.responses.objects import ResponseShape, status_of
-from ...session import Cursor, Delta, Failed, Finished, Queued
-from .session_response import SessionResponse
+from ...session import Delta, Event, Failed, Finished, GenerationSession, Queued
+from .session_response import Keep, SessionResponse
 
 
 def text_of(items: OutputItems) -> str:
@@ -40,6 +39,12 @@ def ended(shape: ResponseShape, end: Finished | Failed, items: OutputItems
 
 
 class ItemsResponse(SessionResponse):
+    def __init__(self, session: GenerationSession, shape: ResponseShape, *, stream: bool,
+                 keep: Keep | None, ping_s: float) -> None:
+        super().__init__(session, shape, stream=stream, keep=keep, ping_s=ping_s)
+        self.items = OutputItems(shape)  # the answer's items so far (whole or streamed)
+        self.numbered = Numbered()
+
     def _waiting(self, event: Queued) -> bytes:
         return sse.comment(f"queued position={event.position}")  # (no "loading model")
 
@@ -50,31 +55,18 @@ class ItemsResponse(SessionResponse):
             await self.keep(final, text_of(items))
         return final, closing
 
-    async def _stream(self, cursor: Cursor, send: Send) -> None:
-        items = OutputItems(self.shape)
-        numbered = Numbered()
-        opened = False
-        while True:
-            out: list[bytes] = []
-            ended = False
-            for event in await self._events(cursor, out):
-                if isinstance(event, Failed) and not (opened or self._head.sent):
-                    return await self._refuse(event.error, send)
-                if isinstance(event, Delta | Finished | Failed) and not opened:
-                    opened = True
-                    out.append(numbered.sse(opening_events(self.shape)))
-                if isinstance(event, Delta):
-                    out.append(numbered.sse(items.feed(event)))
-                elif isinstance(event, Finished | Failed):
-                    _, closing = await self._final(event, items)
-                    out.append(numbered.sse(closing))
-                    ended = True
-            if await self._head.write(send, out, ended):
-                return
+    def _opening(self, event: Event) -> bytes:
+        return self.numbered.sse(opening_events(self.shape))
+
+    def _delta(self, event: Delta) -> bytes:
+        return self.numbered.sse(self.items.feed(event))
+
+    async def _closing(self, end: Finished | Failed) -> bytes:
+        _, closing = await self._final(end, self.items)
+        return self.numbered.sse(closing)
 
     async def _answer(self, deltas: list[Delta], end: Finished) -> Response:
-        items = OutputItems(self.shape)
         for delta in deltas:
-            items.feed(delta)
-        final, _ = await self._final(end, items)
+            self.items.feed(delta)
+        final, _ = await self._final(end, self.items)
         return JSONResponse(final)

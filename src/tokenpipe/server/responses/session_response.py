@@ -23,7 +23,7 @@ from ...errors import TokenpipeError
 from ...protocol.responses.errors import http_body
 from ...protocol.responses.events import ResponseEvents, failure_event
 from ...protocol.responses.objects import ResponseShape
-from ...session import Cursor, Delta, Failed, Finished, GenerationSession
+from ...session import Delta, Event, Failed, Finished, GenerationSession
 from ..door_response import DoorResponse
 from ..race import http_disconnect, race
 
@@ -49,6 +49,7 @@ class SessionResponse(DoorResponse):
 
     progress = True  # `: prefill N/M` comments (ItemsResponse too)
     stream_headers = SSE_HEADERS
+    opens = (Delta, Finished, Failed)  # a failure after the headers still opens a response
 
     def __init__(self, session: GenerationSession, shape: ResponseShape, *, stream: bool,
                  keep: Keep | None, ping_s: float) -> None:
@@ -56,6 +57,7 @@ class SessionResponse(DoorResponse):
         self.shape = shape
         self.events = ResponseEvents(shape)
         self.keep = keep
+        self._parts: list[str] = []  # the text streamed so far
 
     async def _end(self, end: Finished | Failed, text: str) -> dict[str, Any]:
         final = self.shape.final(end, text)
@@ -69,29 +71,17 @@ class SessionResponse(DoorResponse):
     async def _answer(self, deltas: list[Delta], end: Finished) -> Response:
         return JSONResponse(await self._end(end, "".join(d.text for d in deltas)))
 
-    async def _stream(self, cursor: Cursor, send: Send) -> None:
-        events = self.events
-        opened = False
-        parts: list[str] = []
-        while True:
-            out: list[bytes] = []
-            ended = False
-            for event in await self._events(cursor, out):
-                if isinstance(event, Failed) and not (opened or self._head.sent):
-                    return await self._refuse(event.error, send)
-                if isinstance(event, Delta | Finished | Failed) and not opened:
-                    opened = True
-                    out.append(events.opening())
-                if isinstance(event, Delta):
-                    parts.append(event.text)
-                    out.append(events.delta(event.seq, event.text))
-                elif isinstance(event, Finished | Failed):
-                    final = await self._end(event, "".join(parts))
-                    error = failure_event(event.error) if isinstance(event, Failed) else None
-                    out.append(events.closing(len(parts), final, error))
-                    ended = True
-            if await self._head.write(send, out, ended):
-                return
+    def _opening(self, event: Event) -> bytes:
+        return self.events.opening()
+
+    def _delta(self, event: Delta) -> bytes:
+        self._parts.append(event.text)
+        return self.events.delta(event.seq, event.text)
+
+    async def _closing(self, end: Finished | Failed) -> bytes:
+        final = await self._end(end, "".join(self._parts))
+        error = failure_event(end.error) if isinstance(end, Failed) else None
+        return self.events.closing(len(self._parts), final, error)
 
 
 class EventsResponse(Response):
