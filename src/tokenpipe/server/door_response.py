@@ -2,7 +2,11 @@
 Ollama): an ASGI response whose status and headers wait for the session's first events;
 the session's events raced against the client's leaving (race.py), so a client that goes
 away cancels its generation at once; and the idle ping timer. A door subclasses it with
-its own `_stream` (the wire format, event by event) and `_whole` (one object at the end).
+what differs: its stream headers, its error response (`error_response`), its whole answer
+(`_answer`) and its stream's chunks (`_opening`, `_delta`, `_closing`; a door whose stream
+is not that, Ollama's, resumable SSE's, has its own `_stream`). A streamed answer's bytes
+go out through HeadFirst, so its status waits for its first bytes and a failure before
+them is still the door's own error status (`_refuse`).
 
 The ping timer is armed once and moved on lazily: a token only notes its time, and the
 timer, when it fires early, re-arms itself for the rest (no timer per token)."""
@@ -10,15 +14,42 @@ timer, when it fires early, re-arms itself for the rest (no timer per token)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, ClassVar
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from ..session import Cursor, Event, GenerationSession
+from ..errors import TokenpipeError
+from ..protocol import sse
+from ..session import Cursor, Delta, Event, Failed, Finished, GenerationSession, Queued
+from ..types import Progress
 from .race import http_disconnect, race
 
 PING_INTERVAL_S = 15.0  # default of Settings.sse_ping_interval_s
+Headers = list[tuple[bytes, bytes]]
+_ASIDE = (Queued, Progress)  # what an SSE stream says in a comment, not in the door's shape
+
+
+class HeadFirst:
+    """The writes of one streamed answer: status 200 and `headers` go out with its first
+    bytes, so until then a failure can still be a proper error status (`sent` says)."""
+
+    __slots__ = ("headers", "sent")
+
+    def __init__(self, headers: Headers) -> None:
+        self.headers = headers
+        self.sent = False
+
+    async def write(self, send: Send, out: list[bytes], ended: bool) -> bool:
+        """One batch's bytes, in one send; whether the answer is over. Nothing to say (a
+        Started alone): nothing sent, the headers neither."""
+        if not out:
+            return False
+        if not self.sent:
+            self.sent = True
+            await send({"type": "http.response.start", "status": 200, "headers": self.headers})
+        await send({"type": "http.response.body", "body": b"".join(out), "more_body": not ended})
+        return ended
 
 
 class DoorResponse(Response):
@@ -26,6 +57,9 @@ class DoorResponse(Response):
     door's `_stream` says a long prompt's prefill progress (Progress events)."""
 
     progress = False
+    stream_headers: ClassVar[Headers] = []  # the door's, of a streamed answer
+    opens: ClassVar[tuple[type, ...]] = (Delta, Finished)  # the events its opening precedes
+    ping: ClassVar[bytes] = sse.comment("ping")  # what an idle SSE stream hears every ping_s
 
     def __init__(self, session: GenerationSession, *, stream: bool,
                  ping_s: float | None = PING_INTERVAL_S) -> None:
@@ -35,6 +69,7 @@ class DoorResponse(Response):
         self._ping: asyncio.TimerHandle | None = None
         self._active = 0.0  # loop time of the last wait for events (pings: idle since)
         self._scope: Scope = {"type": "http"}
+        self._head = HeadFirst(self.stream_headers)
         self.status_code = 200
         self.background = None
 
@@ -55,19 +90,90 @@ class DoorResponse(Response):
             await self.background()
 
     async def _stream(self, cursor: Cursor, send: Send) -> None:
+        opened = False
+        while True:
+            out: list[bytes] = []
+            ended = False
+            for event in await self._events(cursor, out):
+                if isinstance(event, Failed) and not (opened or self._head.sent):
+                    return await self._refuse(event.error, send)
+                if not opened and isinstance(event, self.opens):
+                    opened = True
+                    out.append(self._opening(event))
+                if isinstance(event, Delta):
+                    out.append(self._delta(event))
+                elif isinstance(event, Finished | Failed):
+                    out.append(await self._closing(event))
+                    ended = True
+            if await self._head.write(send, out, ended):
+                return
+
+    def _opening(self, event: Event) -> bytes:
+        """The stream's first chunk, before `event` (one of `opens`)."""
         raise NotImplementedError
+
+    def _delta(self, event: Delta) -> bytes:
+        raise NotImplementedError
+
+    async def _closing(self, end: Finished | Failed) -> bytes:
+        """The stream's last chunks: its end, or its failure after it opened."""
+        raise NotImplementedError
+
+    def error_response(self, exc: TokenpipeError) -> Response:
+        """`exc` in the door's own shape, with its status."""
+        raise NotImplementedError
+
+    async def _answer(self, deltas: list[Delta], end: Finished) -> Response:
+        """The door's whole answer: its object of these deltas."""
+        raise NotImplementedError
+
+    async def _refuse(self, exc: TokenpipeError, send: Send) -> None:
+        """The answer is the door's error response (no byte of another has gone out)."""
+        await self.error_response(exc)(self._scope, no_receive, send)
 
     async def _whole(self, cursor: Cursor, send: Send) -> None:
-        raise NotImplementedError
+        deltas: list[Delta] = []
+        async for event in cursor:
+            if isinstance(event, Delta):
+                deltas.append(event)
+            elif isinstance(event, Finished):
+                await (await self._answer(deltas, event))(self._scope, no_receive, send)
+                return
+            elif isinstance(event, Failed):
+                await self._refuse(event.error, send)
+                return
 
-    async def _events(self, cursor: Cursor) -> list[Event]:
-        """The next events; an empty list when nothing happened for ping_s seconds."""
+    def _waiting(self, event: Queued) -> bytes:
+        """The comment a request waiting for its place hears."""
+        return sse.waiting(event.position, event.loading)
+
+    async def _events(self, cursor: Cursor, out: list[bytes]) -> list[Event]:
+        """The next events for the door to say; what an SSE stream says aside is in `out`
+        already: a ping when nothing happened for ping_s seconds, a queue place, prefill
+        progress."""
         if self.ping_s is not None:
             loop = asyncio.get_running_loop()
             self._active = loop.time()
             if self._ping is None:
                 self._ping = loop.call_at(self._active + self.ping_s, self._ping_due, cursor)
-        return await cursor.next()
+        batch = await cursor.next()
+        if not batch:
+            out.append(self.ping)
+        for event in batch:
+            if isinstance(event, _ASIDE):
+                return self._aside(batch, out)
+        return batch  # the common batch (deltas): no copy
+
+    def _aside(self, batch: list[Event], out: list[bytes]) -> list[Event]:
+        events: list[Event] = []
+        for event in batch:
+            if isinstance(event, Queued):
+                out.append(self._waiting(event))
+            elif isinstance(event, Progress):
+                out.append(sse.progress(event.done, event.total))
+            else:
+                events.append(event)
+        return events
 
     def _ping_due(self, cursor: Cursor) -> None:
         assert self.ping_s is not None

@@ -3,7 +3,8 @@
  * server-sent events (the "SSE" transport) or answered in one JSON body (the "REST" one).
  */
 import { authHeaders } from './auth';
-import { errorFromOpenAiBody, errorFromResponse } from './errors';
+import { errorFromOpenAiBody } from './errors';
+import { type ReadAnswer, type Settle, startGeneration } from './httpGeneration';
 import { SseDecoder } from './sse';
 import type { FinishReason, GenerationHandle, GenerationHandlers, GenerationRequest, Transport, Usage } from './types';
 
@@ -67,59 +68,20 @@ export function chatCompletionBody(request: GenerationRequest, stream: boolean):
 
 export class OpenAiClient implements Transport {
   readonly kind: 'sse' | 'rest';
-  private readonly fetchImpl: typeof fetch;
 
   constructor(private readonly options: OpenAiClientOptions) {
     this.kind = options.stream ? 'sse' : 'rest';
-    this.fetchImpl = options.fetch ?? ((input, init) => fetch(input, init));
   }
 
   generate(request: GenerationRequest, handlers: GenerationHandlers): GenerationHandle {
-    const controller = new AbortController();
-    let settled = false;
-    const settle = (report: () => void) => {
-      if (settled) return;
-      settled = true;
-      report();
-    };
-    void this.run(request, handlers, controller.signal, settle);
-    return {
-      cancel: () => {
-        // HTTP has no cancel frame: closing the request is how the server learns to stop.
-        settle(() => handlers.onEnd({ finishReason: 'cancelled' }));
-        controller.abort();
-      },
-    };
+    const { baseUrl, stream, apiKey, fetch } = this.options;
+    const accept = stream ? 'text/event-stream' : 'application/json';
+    const post = { url: `${baseUrl}/v1/chat/completions`, body: chatCompletionBody(request, stream), accept, apiKey, fetch };
+    const read: ReadAnswer = (response, settle) => (stream ? this.readStream(response, handlers, settle) : this.readBody(response, handlers, settle));
+    return startGeneration(post, handlers, read);
   }
 
-  private async run(
-    request: GenerationRequest,
-    handlers: GenerationHandlers,
-    signal: AbortSignal,
-    settle: (report: () => void) => void,
-  ): Promise<void> {
-    let response: Response;
-    try {
-      response = await this.fetchImpl(`${this.options.baseUrl}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { 'Content-Type': 'application/json', Accept: this.options.stream ? 'text/event-stream' : 'application/json', ...authHeaders(this.options.apiKey) },
-        body: JSON.stringify(chatCompletionBody(request, this.options.stream)),
-        signal,
-      });
-    } catch (error) {
-      settle(() => handlers.onError({ code: 'network', message: error instanceof Error ? error.message : String(error) }));
-      return;
-    }
-    if (!response.ok) {
-      const error = await errorFromResponse(response);
-      settle(() => handlers.onError(error));
-      return;
-    }
-    if (this.options.stream) await this.readStream(response, handlers, settle);
-    else await this.readBody(response, handlers, settle);
-  }
-
-  private async readBody(response: Response, handlers: GenerationHandlers, settle: (report: () => void) => void): Promise<void> {
+  private async readBody(response: Response, handlers: GenerationHandlers, settle: Settle): Promise<void> {
     let body: unknown;
     try {
       body = await response.json();
@@ -144,7 +106,7 @@ export class OpenAiClient implements Transport {
     });
   }
 
-  private async readStream(response: Response, handlers: GenerationHandlers, settle: (report: () => void) => void): Promise<void> {
+  private async readStream(response: Response, handlers: GenerationHandlers, settle: Settle): Promise<void> {
     const reader = response.body?.getReader();
     if (!reader) {
       settle(() => handlers.onInterrupted('The server sent no stream.'));

@@ -2,8 +2,7 @@
  * Client of OpenAI's Responses API, `POST /v1/responses` streamed (`stream: true`) and not
  * stored (`store: false`: the page keeps its own history): the "Responses" transport.
  */
-import { authHeaders } from './auth';
-import { errorFromResponse } from './errors';
+import { type Settle, startGeneration } from './httpGeneration';
 import { SseDecoder } from './sse';
 import type { ApiError, EndInfo, FinishReason, GenerationHandle, GenerationHandlers, GenerationRequest, Transport, Usage } from './types';
 
@@ -120,48 +119,17 @@ export class ResponsesEventReader {
 
 export class ResponsesClient implements Transport {
   readonly kind = 'responses' as const;
-  private readonly fetchImpl: typeof fetch;
 
-  constructor(private readonly options: ResponsesClientOptions) {
-    this.fetchImpl = options.fetch ?? ((input, init) => fetch(input, init));
-  }
+  constructor(private readonly options: ResponsesClientOptions) {}
 
   generate(request: GenerationRequest, handlers: GenerationHandlers): GenerationHandle {
-    const controller = new AbortController();
-    let settled = false;
-    const settle = (report: () => void) => {
-      if (settled) return;
-      settled = true;
-      report();
-    };
-    void this.run(request, handlers, controller.signal, settle);
-    return {
-      cancel: () => {
-        // Closing the request is how the server learns to stop (a response not stored has no cancel route).
-        settle(() => handlers.onEnd({ finishReason: 'cancelled' }));
-        controller.abort();
-      },
-    };
+    // a response not stored has no cancel route: closing the request stops it (startGeneration)
+    const { baseUrl, apiKey, fetch } = this.options;
+    const post = { url: `${baseUrl}/v1/responses`, body: responsesBody(request), accept: 'text/event-stream', apiKey, fetch };
+    return startGeneration(post, handlers, (response, settle) => this.read(response, handlers, settle));
   }
 
-  private async run(request: GenerationRequest, handlers: GenerationHandlers, signal: AbortSignal, settle: (report: () => void) => void): Promise<void> {
-    let response: Response;
-    try {
-      response = await this.fetchImpl(`${this.options.baseUrl}/v1/responses`, {
-        method: 'POST',
-        headers: { 'Content-Type': 'application/json', Accept: 'text/event-stream', ...authHeaders(this.options.apiKey) },
-        body: JSON.stringify(responsesBody(request)),
-        signal,
-      });
-    } catch (error) {
-      settle(() => handlers.onError({ code: 'network', message: error instanceof Error ? error.message : String(error) }));
-      return;
-    }
-    if (!response.ok) {
-      const error = await errorFromResponse(response);
-      settle(() => handlers.onError(error));
-      return;
-    }
+  private async read(response: Response, handlers: GenerationHandlers, settle: Settle): Promise<void> {
     const reader = response.body?.getReader();
     if (!reader) {
       settle(() => handlers.onInterrupted('The server sent no stream.'));

@@ -17,15 +17,12 @@ import json
 import math
 
 from starlette.responses import JSONResponse, Response
-from starlette.types import Send
 
 from ...errors import TokenpipeError
-from ...protocol import sse
 from ...protocol.anthropic.errors import error_body, status_of
 from ...protocol.anthropic.events import PING, MessageRender
-from ...session import Cursor, Delta, Failed, Finished, GenerationSession, Queued
-from ...types import Progress
-from ..door_response import PING_INTERVAL_S, DoorResponse, no_receive
+from ...session import Delta, Event, Failed, Finished, GenerationSession
+from ..door_response import PING_INTERVAL_S, DoorResponse
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -47,64 +44,29 @@ class SessionResponse(DoorResponse):
     """The ASGI response of one generation: SSE when `stream`, else one message."""
 
     progress = True  # `: prefill N/M` comments
+    stream_headers = SSE_HEADERS
+    ping = PING
 
     def __init__(self, session: GenerationSession, *, stream: bool,
                  ping_s: float = PING_INTERVAL_S) -> None:
         super().__init__(session, stream=stream, ping_s=ping_s)
         self.shape = MessageRender(session.model)
 
-    async def _stream(self, cursor: Cursor, send: Send) -> None:
-        shape = self.shape
-        headers_sent = opened = False
-        while True:
-            out: list[bytes] = []
-            ended = False
-            batch = await self._events(cursor)
-            if not batch:
-                out.append(PING)
-            for event in batch:
-                if isinstance(event, Queued):
-                    out.append(sse.waiting(event.position, event.loading))
-                elif isinstance(event, Progress):
-                    out.append(sse.progress(event.done, event.total))
-                elif isinstance(event, Delta | Finished) and not opened:
-                    opened = True
-                    out.append(shape.opening(self.session.usage(),
-                                             event if isinstance(event, Delta) else None))
-                if isinstance(event, Delta):
-                    out.append(shape.delta(event))
-                elif isinstance(event, Finished):
-                    out.append(shape.finish(event))
-                    ended = True
-                elif isinstance(event, Failed):
-                    if not opened and not headers_sent:
-                        await error_response(event.error)(self._scope, no_receive, send)
-                        return
-                    out.append(shape.error(error_body(event.error)))
-                    ended = True
-            if not out:
-                continue  # Started alone: nothing to say yet, so no headers yet either
-            if not headers_sent:
-                headers_sent = True
-                await send({"type": "http.response.start", "status": 200,
-                            "headers": SSE_HEADERS})
-            await send({"type": "http.response.body", "body": b"".join(out),
-                        "more_body": not ended})
-            if ended:
-                return
+    def error_response(self, exc: TokenpipeError) -> Response:
+        return error_response(exc)
 
-    async def _whole(self, cursor: Cursor, send: Send) -> None:
-        deltas: list[Delta] = []
-        async for event in cursor:
-            if isinstance(event, Delta):
-                deltas.append(event)
-            elif isinstance(event, Finished):
-                body = self.shape.whole(deltas, event)
-                response = Response(json.dumps(body, ensure_ascii=False),
-                                    media_type="application/json")
-                await response(self._scope, no_receive, send)
-                return
-            elif isinstance(event, Failed):
-                await error_response(event.error)(self._scope, no_receive, send)
-                return
+    async def _answer(self, deltas: list[Delta], end: Finished) -> Response:
+        return Response(json.dumps(self.shape.whole(deltas, end), ensure_ascii=False),
+                        media_type="application/json")
 
+    def _opening(self, event: Event) -> bytes:
+        return self.shape.opening(self.session.usage(),
+                                  event if isinstance(event, Delta) else None)
+
+    def _delta(self, event: Delta) -> bytes:
+        return self.shape.delta(event)
+
+    async def _closing(self, end: Finished | Failed) -> bytes:
+        if isinstance(end, Failed):
+            return self.shape.error(error_body(end.error))
+        return self.shape.finish(end)

@@ -20,7 +20,7 @@ from ...errors import TokenpipeError
 from ...protocol.ollama.errors import error_body, status_of
 from ...protocol.ollama.responses import Answer, call_json, line, timestamp
 from ...session import Cursor, Delta, Failed, Finished, GenerationSession
-from ..door_response import DoorResponse, no_receive
+from ..door_response import DoorResponse
 
 NDJSON_HEADERS = [
     (b"content-type", b"application/x-ndjson"),
@@ -42,13 +42,14 @@ class NdjsonResponse(DoorResponse):
     """The ASGI response of one generation; its status is decided by the session's first
     events, not up front. No pings: NDJSON has no comment line."""
 
+    stream_headers = NDJSON_HEADERS
+
     def __init__(self, session: GenerationSession, answer: Answer, *, stream: bool) -> None:
         super().__init__(session, stream=stream, ping_s=None)
         self.answer = answer
 
     async def _stream(self, cursor: Cursor, send: Send) -> None:
         answer = self.answer
-        started = False
         call: list[str] | None = None  # the call being written: [name, arguments so far]
         while True:
             out: list[bytes] = []
@@ -77,45 +78,26 @@ class NdjsonResponse(DoorResponse):
                                                 event.timing)))
                     ended = True
                 elif isinstance(event, Failed):
-                    if not started and not out:
-                        await self._error(event.error, send)
-                        return
+                    if not (out or self._head.sent):
+                        return await self._refuse(event.error, send)
                     out.append(line(error_body(event.error, answer.model)))
                     ended = True
-            if not out:
-                continue  # queued or started: nothing to say yet, so no headers yet either
-            if not started:
-                started = True
-                await send({"type": "http.response.start", "status": 200,
-                            "headers": NDJSON_HEADERS})
-            await send({"type": "http.response.body", "body": b"".join(out),
-                        "more_body": not ended})
-            if ended:
+            if await self._head.write(send, out, ended):  # queued, started: no write yet
                 return
 
-    async def _whole(self, cursor: Cursor, send: Send) -> None:
-        deltas: list[Delta] = []
-        async for event in cursor:
-            if isinstance(event, Delta):
-                deltas.append(event)
-            elif isinstance(event, Finished):
-                calls: list[list[str]] = []
-                for d in deltas:
-                    if d.channel == "tool_call":
-                        if d.call_id is not None:
-                            calls.append([d.name or "", ""])
-                        calls[-1][1] += d.text
-                body = self.answer.done(
-                    "".join(d.text for d in deltas if d.channel == "content"), event.reason,
-                    event.usage, event.timing,
-                    "".join(d.text for d in deltas if d.channel == "reasoning"),
-                    [call_json(*c) for c in calls])
-                await JSONResponse(body, media_type=JSON_TYPE)(self._scope, no_receive, send)
-                return
-            elif isinstance(event, Failed):
-                await self._error(event.error, send)
-                return
+    def error_response(self, exc: TokenpipeError) -> Response:
+        return error_response(exc, self.answer.model)
 
-    async def _error(self, exc: TokenpipeError, send: Send) -> None:
-        await error_response(exc, self.answer.model)(self._scope, no_receive, send)
-
+    async def _answer(self, deltas: list[Delta], end: Finished) -> Response:
+        calls: list[list[str]] = []
+        for d in deltas:
+            if d.channel == "tool_call":
+                if d.call_id is not None:
+                    calls.append([d.name or "", ""])
+                calls[-1][1] += d.text
+        body = self.answer.done(
+            "".join(d.text for d in deltas if d.channel == "content"), end.reason,
+            end.usage, end.timing,
+            "".join(d.text for d in deltas if d.channel == "reasoning"),
+            [call_json(*c) for c in calls])
+        return JSONResponse(body, media_type=JSON_TYPE)

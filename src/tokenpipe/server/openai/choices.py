@@ -28,7 +28,7 @@ from ...protocol import sse
 from ...protocol.openai.errors import error_body
 from ...session import Cursor, Delta, Event, Failed, Finished, GenerationSession, Queued
 from ...types import GenerationRequest, Usage
-from ..door_response import PING_INTERVAL_S, no_receive
+from ..door_response import PING_INTERVAL_S, HeadFirst, no_receive
 from ..race import http_disconnect, race
 from .session_response import SSE_HEADERS, Shape, error_response
 
@@ -95,7 +95,7 @@ class ChoicesResponse(Response):
         answers: list[list[Delta]] = [[] for _ in cursors]
         finals: list[Finished | None] = [None] * len(cursors)
         opened: set[int] = set()
-        headers_sent = False
+        head = HeadFirst(SSE_HEADERS)
         while True:
             batch = await self._next(cursors)
             out: list[bytes] = []
@@ -105,8 +105,7 @@ class ChoicesResponse(Response):
             for index, events in batch:
                 for event in events:
                     if isinstance(event, Failed):
-                        await self._fail(event, send, out, headers_sent,
-                                         stream and bool(opened))
+                        await self._fail(event, send, out, head, stream and bool(opened))
                         return
                     if isinstance(event, Queued):
                         out.append(sse.comment(f"queued position={event.position}"))
@@ -139,16 +138,7 @@ class ChoicesResponse(Response):
                 if self.include_usage:
                     out.append(shape.usage(total_usage([f.usage for f in finals if f])))
                 out.append(sse.DONE)
-            out = [b for b in out if b]
-            if not out:
-                continue
-            if not headers_sent:
-                headers_sent = True
-                await send({"type": "http.response.start", "status": 200,
-                            "headers": SSE_HEADERS})
-            await send({"type": "http.response.body", "body": b"".join(out),
-                        "more_body": not done})
-            if done:
+            if await head.write(send, [b for b in out if b], done):
                 return
 
     async def _whole(self, answers: list[list[Delta]], finals: list[Finished | None],
@@ -160,20 +150,16 @@ class ChoicesResponse(Response):
         response = Response(body.model_dump_json(), media_type="application/json")
         await response(self._scope, no_receive, send)
 
-    async def _fail(self, event: Failed, send: Send, out: list[bytes], headers_sent: bool,
+    async def _fail(self, event: Failed, send: Send, out: list[bytes], head: HeadFirst,
                     opened: bool) -> None:
         """One choice failed: the response ends with its error (an error status while no
         chunk was made, else an error event after the chunks); the others stop."""
         for session in self.sessions:
             session.cancel()
-        if not headers_sent and not opened:
+        if not (opened or head.sent):
             await error_response(event.error)(self._scope, no_receive, send)
             return
-        if not headers_sent:
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": SSE_HEADERS})
-        await send({"type": "http.response.body", "more_body": False,
-                    "body": b"".join(out) + sse.data(error_body(event.error)) + sse.DONE})
+        await head.write(send, [*out, sse.data(error_body(event.error)), sse.DONE], True)
 
 
 async def start_choices(start: Callable[[GenerationRequest], Awaitable[GenerationSession]],

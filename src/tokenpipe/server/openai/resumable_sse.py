@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from ...errors import BadRequest
+from ...errors import BadRequest, TokenpipeError
 from ...protocol import sse
 from ...protocol.openai.errors import OpenAIError, error_body
 from ...protocol.openai.render import ChatRender, CompletionRender
-from ...session import Cursor, Delta, Failed, Finished, GenerationSession, Queued
-from ..door_response import DoorResponse, no_receive
+from ...session import Cursor, Delta, Failed, Finished, GenerationSession
+from ..door_response import DoorResponse, HeadFirst
 from ..race import http_disconnect, race
 from ..resumable import Held, ResumableStreams
 from .session_response import SSE_HEADERS, error_response
@@ -124,7 +124,7 @@ class ResumableResponse(DoorResponse):
         self._cursor: Cursor | None = None
         token = held.session.stream_token
         assert token is not None
-        self._sse_headers = [*SSE_HEADERS, (b"x-stream-token", token.encode())]
+        self._head = HeadFirst([*SSE_HEADERS, (b"x-stream-token", token.encode())])
 
     def moved(self, session: GenerationSession, new_id: str | None = None) -> None:
         self._moved = True
@@ -160,26 +160,20 @@ class ResumableResponse(DoorResponse):
 
     async def _stream(self, cursor: Cursor, send: Send) -> None:
         shape, session = self.origin.shape, self.session
-        headers_sent, opened = False, self.given
+        opened = self.given
         while True:
             out: list[bytes] = []
             ended = False
-            batch = await self._events(cursor)
+            batch = await self._events(cursor, out)
             if self._moved:
                 moved = OpenAIError("A resume of this stream elsewhere took it over.",
                                     param=None, openai_code="moved", status=409)
-                if not headers_sent:
-                    await error_response(moved)(self._scope, no_receive, send)
-                    return
-                await send({"type": "http.response.body", "body": sse.data(error_body(moved)),
-                            "more_body": False})
+                if not self._head.sent:
+                    return await self._refuse(moved, send)
+                await self._head.write(send, [sse.data(error_body(moved))], True)
                 return
-            if not batch:
-                out.append(sse.comment("ping"))
             for event in batch:
-                if isinstance(event, Queued):
-                    out.append(sse.waiting(event.position, event.loading))
-                elif isinstance(event, Delta | Finished) and not opened:
+                if isinstance(event, Delta | Finished) and not opened:
                     opened = True
                     self._emit(out, 0, shape.opening())
                 if isinstance(event, Delta):
@@ -198,22 +192,16 @@ class ResumableResponse(DoorResponse):
                     out.append(sse.DONE)
                     ended = True
                 elif isinstance(event, Failed):
-                    if not opened and not headers_sent:
-                        await error_response(event.error)(self._scope, no_receive, send)
-                        return
+                    if not (opened or self._head.sent):
+                        return await self._refuse(event.error, send)
                     self._emit(out, session.next_seq + 1, sse.data(error_body(event.error)))
                     out.append(sse.DONE)
                     ended = True
-            if not out:
-                continue  # Started alone: nothing to say yet, so no headers yet either
-            if not headers_sent:
-                headers_sent = True
-                await send({"type": "http.response.start", "status": 200,
-                            "headers": self._sse_headers})
-            await send({"type": "http.response.body", "body": b"".join(out),
-                        "more_body": not ended})
-            if ended:
+            if await self._head.write(send, out, ended):
                 return
+
+    def error_response(self, exc: TokenpipeError) -> Response:
+        return error_response(exc)
 
     async def _whole(self, cursor: Cursor, send: Send) -> None:
         raise AssertionError("a resumable answer is always streamed")

@@ -18,15 +18,13 @@ import math
 from collections.abc import Mapping
 
 from starlette.responses import JSONResponse, Response
-from starlette.types import Send
 
 from ...errors import TokenpipeError
 from ...protocol import sse
 from ...protocol.openai.errors import error_body
 from ...protocol.openai.render import ChatRender, CompletionRender
-from ...session import Cursor, Delta, Failed, Finished, GenerationSession, Queued
-from ...types import Progress
-from ..door_response import PING_INTERVAL_S, DoorResponse, no_receive
+from ...session import Delta, Event, Failed, Finished, GenerationSession
+from ..door_response import PING_INTERVAL_S, DoorResponse
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
@@ -50,6 +48,7 @@ class SessionResponse(DoorResponse):
     status and headers are decided by the session's first events, not up front."""
 
     progress = True  # `: prefill N/M` comments
+    stream_headers = SSE_HEADERS
 
     def __init__(self, session: GenerationSession, shape: Shape, *, stream: bool,
                  include_usage: bool = False, ping_s: float = PING_INTERVAL_S) -> None:
@@ -57,65 +56,28 @@ class SessionResponse(DoorResponse):
         self.shape = shape
         self.include_usage = include_usage
 
-    async def _stream(self, cursor: Cursor, send: Send) -> None:
+    def error_response(self, exc: TokenpipeError) -> Response:
+        return error_response(exc)
+
+    async def _answer(self, deltas: list[Delta], end: Finished) -> Response:
+        body = self.shape.whole(deltas, end.reason.value, end.usage)
+        return Response(body.model_dump_json(), media_type="application/json")
+
+    def _opening(self, event: Event) -> bytes:
+        return self.shape.opening()
+
+    def _delta(self, event: Delta) -> bytes:
         shape = self.shape
-        headers_sent = opened = False
-        while True:
-            out: list[bytes] = []
-            ended = False
-            batch = await self._events(cursor)
-            if not batch:
-                out.append(sse.comment("ping"))
-            for event in batch:
-                if isinstance(event, Queued):
-                    out.append(sse.waiting(event.position, event.loading))
-                elif isinstance(event, Progress):
-                    out.append(sse.progress(event.done, event.total))
-                elif isinstance(event, Delta | Finished) and not opened:
-                    opened = True
-                    out.append(shape.opening())
-                if isinstance(event, Delta):
-                    if event.channel != "content":
-                        out.append(shape.part(event))
-                    elif shape.scored:
-                        out.append(shape.scored_delta(event))
-                    else:
-                        out.append(shape.delta(event.text))
-                elif isinstance(event, Finished):
-                    out.append(shape.finish(event.reason.value))
-                    if self.include_usage:
-                        out.append(shape.usage(event.usage))
-                    out.append(sse.DONE)
-                    ended = True
-                elif isinstance(event, Failed):
-                    if not opened and not headers_sent:
-                        await error_response(event.error)(self._scope, no_receive, send)
-                        return
-                    out += [sse.data(error_body(event.error)), sse.DONE]
-                    ended = True
-            if not out:
-                continue  # Started alone: nothing to say yet, so no headers yet either
-            if not headers_sent:
-                headers_sent = True
-                await send({"type": "http.response.start", "status": 200,
-                            "headers": SSE_HEADERS})
-            await send({"type": "http.response.body", "body": b"".join(out),
-                        "more_body": not ended})
-            if ended:
-                return
+        if event.channel != "content":
+            return shape.part(event)
+        if shape.scored:
+            return shape.scored_delta(event)
+        return shape.delta(event.text)
 
-    async def _whole(self, cursor: Cursor, send: Send) -> None:
-        deltas: list[Delta] = []
-        async for event in cursor:
-            if isinstance(event, Delta):
-                deltas.append(event)
-            elif isinstance(event, Finished):
-                body = self.shape.whole(deltas, event.reason.value, event.usage)
-                response: Response = Response(body.model_dump_json(),
-                                              media_type="application/json")
-                await response(self._scope, no_receive, send)
-                return
-            elif isinstance(event, Failed):
-                await error_response(event.error)(self._scope, no_receive, send)
-                return
-
+    async def _closing(self, end: Finished | Failed) -> bytes:
+        if isinstance(end, Failed):
+            return sse.data(error_body(end.error)) + sse.DONE
+        chunks = self.shape.finish(end.reason.value)
+        if self.include_usage:
+            chunks += self.shape.usage(end.usage)
+        return chunks + sse.DONE

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from starlette.responses import JSONResponse
-from starlette.types import Send
+from starlette.responses import JSONResponse, Response
 
 from ...protocol import sse
 from ...protocol.responses.events import failure_event
@@ -22,10 +21,8 @@ from ...protocol.responses.items import (
     terminal_events,
 )
 from ...protocol.responses.objects import ResponseShape, status_of
-from ...session import Cursor, Delta, Failed, Finished, Queued
-from ...types import Progress
-from ..door_response import no_receive
-from .session_response import SSE_HEADERS, SessionResponse, error_response
+from ...session import Delta, Event, Failed, Finished, GenerationSession, Queued
+from .session_response import Keep, SessionResponse
 
 
 def text_of(items: OutputItems) -> str:
@@ -42,6 +39,15 @@ def ended(shape: ResponseShape, end: Finished | Failed, items: OutputItems
 
 
 class ItemsResponse(SessionResponse):
+    def __init__(self, session: GenerationSession, shape: ResponseShape, *, stream: bool,
+                 keep: Keep | None, ping_s: float) -> None:
+        super().__init__(session, shape, stream=stream, keep=keep, ping_s=ping_s)
+        self.items = OutputItems(shape)  # the answer's items so far (whole or streamed)
+        self.numbered = Numbered()
+
+    def _waiting(self, event: Queued) -> bytes:
+        return sse.comment(f"queued position={event.position}")  # (no "loading model")
+
     async def _final(self, end: Finished | Failed, items: OutputItems
                      ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         final, closing = ended(self.shape, end, items)
@@ -49,55 +55,18 @@ class ItemsResponse(SessionResponse):
             await self.keep(final, text_of(items))
         return final, closing
 
-    async def _stream(self, cursor: Cursor, send: Send) -> None:
-        items = OutputItems(self.shape)
-        numbered = Numbered()
-        headers_sent = opened = False
-        while True:
-            out: list[bytes] = []
-            ended = False
-            batch = await self._events(cursor)
-            if not batch:
-                out.append(sse.comment("ping"))
-            for event in batch:
-                if isinstance(event, Queued):
-                    out.append(sse.comment(f"queued position={event.position}"))
-                    continue
-                if isinstance(event, Progress):
-                    out.append(sse.progress(event.done, event.total))
-                    continue
-                if isinstance(event, Failed) and not opened and not headers_sent:
-                    await error_response(event.error)(self._scope, no_receive, send)
-                    return
-                if isinstance(event, Delta | Finished | Failed) and not opened:
-                    opened = True
-                    out.append(numbered.sse(opening_events(self.shape)))
-                if isinstance(event, Delta):
-                    out.append(numbered.sse(items.feed(event)))
-                elif isinstance(event, Finished | Failed):
-                    _, closing = await self._final(event, items)
-                    out.append(numbered.sse(closing))
-                    ended = True
-            if not out:
-                continue
-            if not headers_sent:
-                headers_sent = True
-                await send({"type": "http.response.start", "status": 200,
-                            "headers": SSE_HEADERS})
-            await send({"type": "http.response.body", "body": b"".join(out),
-                        "more_body": not ended})
-            if ended:
-                return
+    def _opening(self, event: Event) -> bytes:
+        return self.numbered.sse(opening_events(self.shape))
 
-    async def _whole(self, cursor: Cursor, send: Send) -> None:
-        items = OutputItems(self.shape)
-        async for event in cursor:
-            if isinstance(event, Delta):
-                items.feed(event)
-            elif isinstance(event, Finished):
-                final, _ = await self._final(event, items)
-                await JSONResponse(final)(self._scope, no_receive, send)
-                return
-            elif isinstance(event, Failed):
-                await error_response(event.error)(self._scope, no_receive, send)
-                return
+    def _delta(self, event: Delta) -> bytes:
+        return self.numbered.sse(self.items.feed(event))
+
+    async def _closing(self, end: Finished | Failed) -> bytes:
+        _, closing = await self._final(end, self.items)
+        return self.numbered.sse(closing)
+
+    async def _answer(self, deltas: list[Delta], end: Finished) -> Response:
+        for delta in deltas:
+            self.items.feed(delta)
+        final, _ = await self._final(end, self.items)
+        return JSONResponse(final)

@@ -20,13 +20,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from ...errors import TokenpipeError
-from ...protocol import sse
 from ...protocol.responses.errors import http_body
 from ...protocol.responses.events import ResponseEvents, failure_event
 from ...protocol.responses.objects import ResponseShape
-from ...session import Cursor, Delta, Failed, Finished, GenerationSession, Queued
-from ...types import Progress
-from ..door_response import DoorResponse, no_receive
+from ...session import Delta, Event, Failed, Finished, GenerationSession
+from ..door_response import DoorResponse
 from ..race import http_disconnect, race
 
 SSE_HEADERS = [
@@ -50,6 +48,8 @@ class SessionResponse(DoorResponse):
     """A foreground generation: SSE when `stream`, else one response object."""
 
     progress = True  # `: prefill N/M` comments (ItemsResponse too)
+    stream_headers = SSE_HEADERS
+    opens = (Delta, Finished, Failed)  # a failure after the headers still opens a response
 
     def __init__(self, session: GenerationSession, shape: ResponseShape, *, stream: bool,
                  keep: Keep | None, ping_s: float) -> None:
@@ -57,6 +57,7 @@ class SessionResponse(DoorResponse):
         self.shape = shape
         self.events = ResponseEvents(shape)
         self.keep = keep
+        self._parts: list[str] = []  # the text streamed so far
 
     async def _end(self, end: Finished | Failed, text: str) -> dict[str, Any]:
         final = self.shape.final(end, text)
@@ -64,60 +65,23 @@ class SessionResponse(DoorResponse):
             await self.keep(final, text)
         return final
 
-    async def _stream(self, cursor: Cursor, send: Send) -> None:
-        events = self.events
-        headers_sent = opened = False
-        parts: list[str] = []
-        while True:
-            out: list[bytes] = []
-            ended = False
-            batch = await self._events(cursor)
-            if not batch:
-                out.append(sse.comment("ping"))
-            for event in batch:
-                if isinstance(event, Queued):
-                    out.append(sse.waiting(event.position, event.loading))
-                    continue
-                if isinstance(event, Progress):
-                    out.append(sse.progress(event.done, event.total))
-                    continue
-                if isinstance(event, Failed) and not opened and not headers_sent:
-                    await error_response(event.error)(self._scope, no_receive, send)
-                    return
-                if isinstance(event, Delta | Finished | Failed) and not opened:
-                    opened = True
-                    out.append(events.opening())
-                if isinstance(event, Delta):
-                    parts.append(event.text)
-                    out.append(events.delta(event.seq, event.text))
-                elif isinstance(event, Finished | Failed):
-                    final = await self._end(event, "".join(parts))
-                    error = failure_event(event.error) if isinstance(event, Failed) else None
-                    out.append(events.closing(len(parts), final, error))
-                    ended = True
-            if not out:
-                continue  # Started alone: nothing to say yet, so no headers yet either
-            if not headers_sent:
-                headers_sent = True
-                await send({"type": "http.response.start", "status": 200,
-                            "headers": SSE_HEADERS})
-            await send({"type": "http.response.body", "body": b"".join(out),
-                        "more_body": not ended})
-            if ended:
-                return
+    def error_response(self, exc: TokenpipeError) -> Response:
+        return error_response(exc)
 
-    async def _whole(self, cursor: Cursor, send: Send) -> None:
-        parts: list[str] = []
-        async for event in cursor:
-            if isinstance(event, Delta):
-                parts.append(event.text)
-            elif isinstance(event, Finished):
-                final = await self._end(event, "".join(parts))
-                await JSONResponse(final)(self._scope, no_receive, send)
-                return
-            elif isinstance(event, Failed):
-                await error_response(event.error)(self._scope, no_receive, send)
-                return
+    async def _answer(self, deltas: list[Delta], end: Finished) -> Response:
+        return JSONResponse(await self._end(end, "".join(d.text for d in deltas)))
+
+    def _opening(self, event: Event) -> bytes:
+        return self.events.opening()
+
+    def _delta(self, event: Delta) -> bytes:
+        self._parts.append(event.text)
+        return self.events.delta(event.seq, event.text)
+
+    async def _closing(self, end: Finished | Failed) -> bytes:
+        final = await self._end(end, "".join(self._parts))
+        error = failure_event(end.error) if isinstance(end, Failed) else None
+        return self.events.closing(len(self._parts), final, error)
 
 
 class EventsResponse(Response):
