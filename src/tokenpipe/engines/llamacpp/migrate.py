@@ -1,7 +1,7 @@
 """Moves one sequence's cells from the split KV cache to the shared one (tiers.py), so that a
 conversation that outgrows its split stream goes on in the shared pool without decoding its
-earlier turns again: 300 cells of the bundled model move in about 10 ms, where decoding
-them takes 2-4 s on this 2-core machine.
+earlier turns again: 300 cells of the bundled model move in 19 ms, where decoding them
+takes 2 s on this 2-core machine (1,000: 75 ms against 8 s; docs/benchmarks.md).
 
 llama.cpp saves and restores a sequence's cells (llama_state_seq_get_data, _set_data), but
 only between caches with as many streams: the split cache writes a section for each of its
