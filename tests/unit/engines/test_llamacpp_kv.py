@@ -181,6 +181,7 @@ async def test_a_conversation_that_outgrows_its_stream_keeps_its_cache(
     follow = turns(question, answer, "Now say more about its phases and its tides. " * 8,
                    max_tokens=120)
     moved = tiered._tiers[1].slots.moved_tokens
+    reused = tiered.reused_prefix_tokens
     prepared = tiered.prepare(follow, 64)
     assert len(prepared.prompt_ids) + 120 > CONTEXT // PARALLEL
     usage = None
@@ -193,6 +194,7 @@ async def test_a_conversation_that_outgrows_its_stream_keeps_its_cache(
             usage = event.usage
     assert usage is not None and usage.cached_tokens >= first - 1  # turn 1's prompt at least
     assert tiered._tiers[1].slots.moved_tokens - moved == usage.cached_tokens
+    assert tiered.reused_prefix_tokens - reused == usage.cached_tokens  # counted once
     tiered.forget_cache()
     cold_text, cold_logprobs, _ = await run(tiered, follow)
     assert (text, logprobs) == (cold_text, cold_logprobs)

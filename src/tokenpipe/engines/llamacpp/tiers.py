@@ -108,6 +108,10 @@ def move_prefix(seq: Seq, tiers: list[Tier]) -> None:
             best, best_common = slot, common
     if best < 0:
         return
+    # the slot's own shorter prefix gives way (assign counted it as reused); the restore
+    # needs at most the stream's cells, fewer than the prompt plus max_tokens counted as
+    # this sequence's room, since it did not fit a stream
+    dst.slots.reused_tokens -= seq.n_past
     lc.llama_memory_seq_rm(dst.context.mem, seq.slot, -1, -1)
     if not migrate.move(src.context.ctx, best, src.slots.parallel, dst.context.ctx, seq.slot):
         # (the pool had no run of free cells long enough): the slot's own prefix went too
