@@ -16,6 +16,14 @@ from typing import Any, Protocol, TypeVar
 
 import httpx
 import pytest
+from hypothesis import settings as hypothesis_settings
+
+# No per-example deadline: the suite shares 2 cores with servers and a browser, and a slow
+# example is not a wrong one. `--hypothesis-profile quick` (scripts/test.sh --quick) tries
+# fewer examples; the full suite tries hypothesis' default number.
+hypothesis_settings.register_profile("default", deadline=None)
+hypothesis_settings.register_profile("quick", deadline=None, max_examples=25)
+hypothesis_settings.load_profile("default")
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "tests" / "e2e" / "artifacts"
