@@ -1,0 +1,35 @@
+"""What every HTTP door's routes share that needs Starlette: the catch-all after a door's
+routes, which answers every other path and method under its prefix in the door's words
+(doors.py `Door.not_found`, `Door.wrong_method`) and shape (`Door.error`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Match, Route
+
+from .doors import METHODS, Door
+
+
+def catch_all(door: Door, served: Sequence[BaseRoute]) -> list[Route]:
+    """Routes for the door's prefix and everything below it: 405 with `Allow` where one of
+    `served` (the door's routes) takes the path with other methods, else 404."""
+    async def answer(request: Request) -> Response:
+        method, path = request.method, request.url.path
+        methods: set[str] = set()
+        for route in served:
+            match, _ = route.matches(request.scope)
+            if match is Match.PARTIAL and isinstance(route, Route) and route.methods:
+                methods |= route.methods
+        if not methods:
+            return JSONResponse(door.error(404, door.not_found(method, path)), status_code=404)
+        allowed = ", ".join(m for m in METHODS if m in methods)
+        response = JSONResponse(door.error(405, door.wrong_method(method, path, allowed)),
+                                status_code=405)
+        response.headers["allow"] = allowed
+        return response
+
+    return [Route(path, answer, methods=list(METHODS), include_in_schema=False)
+            for path in (door.prefix, door.prefix + "/{path:path}")]
