@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import LOGS, free_port
 
 pytestmark = pytest.mark.e2e
 KEY = "s3cret"
@@ -67,22 +67,25 @@ def main(port: int) -> None:
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "tests.e2e.test_new_door", str(port)],
-                            cwd=ROOT, env=os.environ.copy(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
+    LOGS.mkdir(parents=True, exist_ok=True)
+    log_path = LOGS / f"new-door-{port}.log"
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            time.sleep(0.1)
-        yield base
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "tests.e2e.test_new_door", str(port)],
+                                cwd=ROOT, env=os.environ.copy(), stdout=log,
+                                stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                assert proc.poll() is None, log_path.read_text()
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(base + "/health", timeout=2).status_code == 200:
+                        break
+                time.sleep(0.1)
+            yield base
+        finally:
+            proc.terminate()
+            proc.wait(30)
 
 
 def test_the_new_door_needs_the_key_and_answers_its_own_401(url: str) -> None:
