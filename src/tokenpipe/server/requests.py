@@ -1,16 +1,37 @@
-"""What every HTTP door's routes share that needs Starlette: the catch-all after a door's
-routes, which answers every other path and method under its prefix in the door's words
-(doors.py `Door.not_found`, `Door.wrong_method`) and shape (`Door.error`)."""
+"""What every HTTP door's routes share that needs Starlette: the request's JSON body (in
+the door's words), the server's Runtime, and the catch-all after a door's routes, which
+answers every other path and method under its prefix in the door's words (doors.py
+`Door.not_found`, `Door.wrong_method`) and shape (`Door.error`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match, Route
 
+from ..errors import TokenpipeError
+from ..protocol.common import BadBody, read_json
 from .doors import METHODS, Door
+from .runtime import Runtime
+
+
+async def json_body(request: Request, worded: Callable[[BadBody], TokenpipeError], *,
+                    strict: bool = False) -> Any:
+    """The body as JSON whatever its content type says (protocol/common.read_json); what
+    it is not, raised as `worded` says it in the door's words."""
+    try:
+        return read_json(await request.body(), strict=strict)
+    except BadBody as exc:
+        raise worded(exc) from None
+
+
+def runtime_of(request: Request) -> Runtime:
+    """What the doors share (runtime.py), from the app serving this request."""
+    runtime: Runtime = request.app.state.runtime
+    return runtime
 
 
 def catch_all(door: Door, served: Sequence[BaseRoute]) -> list[Route]:

@@ -20,9 +20,8 @@ from ...errors import TokenpipeError
 from ...protocol.anthropic.errors import bad_body, validation_error
 from ...protocol.anthropic.requests import CountTokensRequest, MessagesRequest
 from ...protocol.anthropic.responses import ErrorResponse, MessageResponse, TokenCount
-from ...protocol.common import BadBody, read_json
 from ...protocol.openai.schema import error_responses, inline_schema
-from ..runtime import Runtime
+from ..requests import json_body, runtime_of
 from .session_response import SessionResponse, error_response
 
 router = APIRouter(prefix="/v1/messages", tags=["anthropic"])
@@ -64,8 +63,8 @@ def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
 async def create_message(request: Request) -> Response:
     """A message from the model, whole or streamed token by token."""
     try:
-        body = MessagesRequest.model_validate(await _json(request))
-        session = await _runtime(request).models.start(body.to_request(), api="anthropic")
+        body = MessagesRequest.model_validate(await json_body(request, bad_body))
+        session = await runtime_of(request).models.start(body.to_request(), api="anthropic")
     except ClientDisconnect:
         return Response(status_code=400)  # nobody is left to read it
     except ValidationError as exc:
@@ -73,7 +72,7 @@ async def create_message(request: Request) -> Response:
     except TokenpipeError as exc:
         return error_response(exc)
     return SessionResponse(session, stream=body.stream,
-                          ping_s=_runtime(request).settings.sse_ping_interval_s)
+                          ping_s=runtime_of(request).settings.sse_ping_interval_s)
 
 
 @router.post("/count_tokens", response_model=TokenCount, responses=_ERRORS,
@@ -81,8 +80,8 @@ async def create_message(request: Request) -> Response:
 async def count_tokens(request: Request) -> Response:
     """The prompt's tokens, counted exactly as a generation of it counts them."""
     try:
-        body = CountTokensRequest.model_validate(await _json(request))
-        tokens = await _runtime(request).models.count_tokens(body.to_request())
+        body = CountTokensRequest.model_validate(await json_body(request, bad_body))
+        tokens = await runtime_of(request).models.count_tokens(body.to_request())
     except ClientDisconnect:
         return Response(status_code=400)
     except ValidationError as exc:
@@ -90,16 +89,3 @@ async def count_tokens(request: Request) -> Response:
     except TokenpipeError as exc:
         return error_response(exc)
     return JSONResponse({"input_tokens": tokens})
-
-
-async def _json(request: Request) -> Any:
-    """The body as JSON, whatever its content type says; AnthropicError when it is not."""
-    try:
-        return read_json(await request.body())
-    except BadBody as exc:
-        raise bad_body(exc) from None
-
-
-def _runtime(request: Request) -> Runtime:
-    runtime: Runtime = request.app.state.runtime
-    return runtime

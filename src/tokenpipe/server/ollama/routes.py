@@ -18,13 +18,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ...errors import TokenpipeError
-from ...protocol.common import BadBody, read_json
 from ...protocol.ollama import names
 from ...protocol.ollama.errors import OllamaError, bad_body, error_json, validation_error
 from ...protocol.ollama.requests import ChatRequest, GenerateRequest, ShowRequest
 from ...protocol.ollama.responses import Answer, loaded_model, shown, tag
 from ..doors import METHODS
-from ..runtime import Runtime
+from ..requests import json_body, runtime_of
 from ..sessions import ModelRegistry
 from .ndjson_response import JSON_TYPE, NdjsonResponse, error_response
 
@@ -153,16 +152,12 @@ def _served(models: ModelRegistry, requested: str) -> str:
 
 
 def _models(request: Request) -> ModelRegistry:
-    runtime: Runtime = request.app.state.runtime
-    return runtime.models
+    return runtime_of(request).models
 
 
 async def _body(request: Request, model: type[Body]) -> Body:
     """The body validated with `model`; OllamaError for what is not a JSON object of it."""
-    try:
-        data = read_json(await request.body(), strict=True)
-    except BadBody as exc:
-        raise bad_body(exc) from None
+    data = await json_body(request, bad_body, strict=True)
     try:
         return model.model_validate(data)
     except ValidationError as exc:

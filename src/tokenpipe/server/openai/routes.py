@@ -32,6 +32,7 @@ from ...protocol.openai.responses import (
     ModelList,
 )
 from ...protocol.openai.schema import error_responses, sse_openapi
+from ..requests import runtime_of
 from ..runtime import Runtime
 from .choices import ChoicesResponse, start_choices
 from .resumable_sse import opted_in, resumed, started
@@ -105,12 +106,12 @@ def _responses(chunk: type[ChatCompletionChunk | Completion], example: str) -> d
 
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     """A chat answer from the model, whole or streamed token by token."""
-    return await start(_runtime(request), body, ChatRender, resumable_of(body, request))
+    return await start(runtime_of(request), body, ChatRender, resumable_of(body, request))
 
 
 async def completions(body: CompletionRequest, request: Request) -> Response:
     """A raw-text continuation (no chat template), whole or streamed."""
-    return await start(_runtime(request), body, CompletionRender, resumable_of(body, request))
+    return await start(runtime_of(request), body, CompletionRender, resumable_of(body, request))
 
 
 def resumable_of(body: Body, request: Request) -> bool:
@@ -131,7 +132,7 @@ async def resume_stream(
 ) -> Response:
     """A resumable stream (a Chat Completions or Completions request with `resumable`, or
     a tokenpipe.v1 one) from after Last-Event-ID, in Chat Completions chunks, to its end."""
-    runtime = _runtime(request)
+    runtime = runtime_of(request)
     return resumed(runtime.resumable, token, last_event_id_header, last_event_id,
                    runtime.settings.sse_ping_interval_s)
 
@@ -149,21 +150,16 @@ async def get_model(model_id: str, request: Request) -> ModelCard:
 
 
 def _models(request: Request) -> list[str]:
-    models = _runtime(request).models
+    models = runtime_of(request).models
     models.check_serving()  # 503 when no model can serve
     return models.names
 
 
 def _card(request: Request, model_id: str) -> ModelCard:
-    models = _runtime(request).models
+    models = runtime_of(request).models
     return ModelCard(id=model_id, created=_STARTED,
                      max_model_len=models.info(model_id).context_tokens,
                      state=models.slot(model_id).state.value)
-
-
-def _runtime(request: Request) -> Runtime:
-    runtime: Runtime = request.app.state.runtime
-    return runtime
 
 
 async def start(runtime: Runtime, body: Body, render: Render,
@@ -209,4 +205,3 @@ router.add_api_route("/completions", completions, methods=["POST"],
                      response_model=Completion, responses=_responses(Completion, _TEXT_SSE))
 router.add_api_route("/streams/{token}", resume_stream, methods=["GET"],
                      responses=_responses(ChatCompletionChunk, _CHAT_SSE))
-

@@ -21,7 +21,6 @@ from starlette.requests import ClientDisconnect
 
 from ...config import responses_db_path
 from ...errors import TokenpipeError
-from ...protocol.common import BadBody, read_json
 from ...protocol.openai.errors import bad_body
 from ...protocol.openai.responses import ErrorResponse
 from ...protocol.openai.schema import error_responses, inline_schema
@@ -30,7 +29,7 @@ from ...protocol.responses.events import OPENING, last_number
 from ...protocol.responses.objects import ResponseShape, input_items
 from ...protocol.responses.requests import ResponsesRequest
 from ...protocol.responses.tools import check_outputs
-from ..runtime import Runtime
+from ..requests import json_body, runtime_of
 from .item_runs import ItemsRun, replay_items
 from .items_response import ItemsResponse
 from .runs import Pending, ResponsesState, Run, message_of, replay, turn
@@ -93,9 +92,9 @@ _BODY = {"requestBody": {"required": True, "content": {
     **_ERRORS}, operation_id="create_response")
 async def create_response(request: Request) -> Response:
     """A response from the model: whole, streamed, or in the background."""
-    runtime, state = _runtime(request), _state(request)
+    runtime, state = runtime_of(request), _state(request)
     try:
-        body = ResponsesRequest.model_validate(await _json(request))
+        body = ResponsesRequest.model_validate(await json_body(request, bad_body))
         conversation = await _previous(state, body.previous_response_id)
         history = tuple(message_of(entry) for entry in conversation)
         generation = body.to_request(history)
@@ -298,20 +297,7 @@ def _no_include(request: Request) -> None:
 
 
 def _ping(request: Request) -> float | None:
-    return _runtime(request).settings.sse_ping_interval_s or None
-
-
-async def _json(request: Request) -> Any:
-    """The body as JSON, whatever its content type says; OpenAIError when it is not."""
-    try:
-        return read_json(await request.body())
-    except BadBody as exc:
-        raise bad_body(exc) from None
-
-
-def _runtime(request: Request) -> Runtime:
-    runtime: Runtime = request.app.state.runtime
-    return runtime
+    return runtime_of(request).settings.sse_ping_interval_s or None
 
 
 def _state(request: Request) -> ResponsesState:
