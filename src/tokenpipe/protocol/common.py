@@ -1,16 +1,15 @@
 """What every door's request reading shares, in no door's words: the JSON body (`read_json`,
 whose `BadBody` each door words itself), the validator that refuses a lone surrogate, and
 the validator that lets only a field's neutral values through. Each door names the
-pydantic error kind it raises, so its own error mapping words the refusal."""
+pydantic error kind it raises, so its own error mapping words the refusal. pydantic is
+imported only where used: the door table reads the doors' error modules, which import
+this one, and the bench must start without pydantic."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from typing import Any, TypeVar
-
-from pydantic import BeforeValidator
-from pydantic_core import PydanticCustomError
 
 T = TypeVar("T")
 LONE_SURROGATE = "text with a lone UTF-16 surrogate (\\ud800-\\udfff) is not valid Unicode"
@@ -61,6 +60,8 @@ def check_text(value: T, kind: str = "invalid_value", at: str | None = None) -> 
         try:
             value.encode()
         except UnicodeEncodeError:
+            from pydantic_core import PydanticCustomError
+
             raise PydanticCustomError(kind, LONE_SURROGATE, {"at": at} if at else None
                                       ) from None
     return value
@@ -70,6 +71,8 @@ def neutral_only(neutral: tuple[Any, ...], message: str,
                  kind: str = "unsupported_parameter") -> Any:
     """A validator that lets None and the neutral values through (as None) and refuses the
     rest with pydantic's error of `kind`, worded `message`."""
+    from pydantic import BeforeValidator
+    from pydantic_core import PydanticCustomError
 
     def check(value: Any) -> Any:
         if value is None or any(value == n and type(value) is type(n) for n in neutral):
