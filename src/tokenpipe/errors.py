@@ -2,10 +2,9 @@
 
     TokenpipeError
      ├── BadRequest                (bad_request, 400)
-     │    ├── ContextOverflow      (context_overflow, 400: prompt plus max_tokens do not fit;
-     │    │    │                    `param`: max_tokens, messages or prompt)
-     │    │    └── MaxTokensAboveLimit  (max_tokens alone is above the model's limit, the
-     │    │                         context less one: tokenpipe.v1 words it bad_request)
+     │    ├── ContextOverflow      (context_overflow, 400: prompt plus max_tokens do not fit,
+     │    │                         or max_tokens alone is above the context less one;
+     │    │                         `param`: max_tokens, messages or prompt)
      │    └── UnknownModel         (unknown_model, 404)
      ├── DuplicateId               (duplicate_id, 409)
      ├── UnknownId                 (unknown_id, 404)
@@ -26,7 +25,6 @@ from __future__ import annotations
 class TokenpipeError(Exception):
     code: str = "engine_error"
     status: int = 500
-    openai_type: str = "server_error"
 
     def __init__(
         self, message: str, *, param: str | None = None, retry_after_ms: int | None = None
@@ -40,16 +38,10 @@ class TokenpipeError(Exception):
 class BadRequest(TokenpipeError):
     code = "bad_request"
     status = 400
-    openai_type = "invalid_request_error"
 
 
 class ContextOverflow(BadRequest):
     code = "context_overflow"
-
-
-class MaxTokensAboveLimit(ContextOverflow):
-    """An explicit max_tokens that no prompt leaves room for (the one start checks it
-    before tokenizing anything)."""
 
 
 class UnknownModel(BadRequest):
@@ -60,31 +52,26 @@ class UnknownModel(BadRequest):
 class DuplicateId(TokenpipeError):
     code = "duplicate_id"
     status = 409
-    openai_type = "invalid_request_error"
 
 
 class UnknownId(TokenpipeError):
     code = "unknown_id"
     status = 404
-    openai_type = "invalid_request_error"
 
 
 class TooManyStreams(TokenpipeError):
     code = "too_many_streams"
     status = 429
-    openai_type = "rate_limit_error"
 
 
 class Overloaded(TokenpipeError):
     code = "overloaded"
     status = 429
-    openai_type = "rate_limit_error"
 
 
 class Unauthorized(TokenpipeError):
     code = "unauthorized"
     status = 401
-    openai_type = "authentication_error"
 
 
 class EngineError(TokenpipeError):

@@ -1,6 +1,6 @@
 """Prometheus metrics, one registry per server (several apps can live in one process).
 Every metric of requests and their streams carries `api`, the door the request came in by:
-one of APIS, a fixed set (docs/configuration.md lists it)."""
+one of the door table's labels (server/doors.py; docs/configuration.md lists them)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,6 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 TOKEN_GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
-# The doors, as the `api` label names them; "other": a session no door started (tests)
-APIS = ("ws", "plain", "openai_chat", "openai_completions", "anthropic", "responses",
-        "ollama_chat", "ollama_generate", "other")
 
 
 class Metrics:

@@ -3,8 +3,8 @@ generations, a bounded FIFO queue with positions, cancellation that frees a slot
 and the one place where an engine failure becomes a session's Failed event.
 
 The context rule, the same for every door: an explicit max_tokens is at most the context
-less one (MaxTokensAboveLimit, checked before any tokenizing), prompt plus max_tokens fit
-the context (the engine's prepare()), and the prompt has at most --max-prompt-tokens.
+less one (checked before any tokenizing), prompt plus max_tokens fit the context (the
+engine's prepare()), and the prompt has at most --max-prompt-tokens.
 Each is a ContextOverflow whose `param` is the core's name: max_tokens, messages or prompt.
 """
 
@@ -24,7 +24,6 @@ from .engines.base import Engine, PreparedRequest, constrained
 from .errors import (
     ContextOverflow,
     EngineError,
-    MaxTokensAboveLimit,
     Overloaded,
     ShuttingDown,
     TokenpipeError,
@@ -106,7 +105,7 @@ class Scheduler:
     def _check_max_tokens(self, request: GenerationRequest) -> None:
         asked = request.params.max_tokens
         if asked is not None and asked > self.max_tokens:
-            raise MaxTokensAboveLimit(
+            raise ContextOverflow(
                 f"max_tokens ({asked}) exceeds the context of "
                 f"{self.engine.info.context_tokens} tokens: limits.max_tokens is "
                 f"{self.max_tokens}", param="max_tokens")

@@ -20,7 +20,7 @@ import websockets
 
 from tests.conftest import ServerProcess
 from tokenpipe.engines.fake import SCRIPT, fake_token_bytes, fake_tokenize
-from tokenpipe.metrics import APIS
+from tokenpipe.server.doors import DOORS, api_labels
 
 pytestmark = [pytest.mark.e2e]
 
@@ -128,7 +128,7 @@ def request_samples(server: ServerProcess) -> dict[tuple[str, str, str], float]:
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', m[3]))
         api = labels.pop("api", None)
-        assert api in APIS, line
+        assert api in api_labels(DOORS), line
         out[(m[1] + (m[2] or ""), api, str(sorted(labels.items())))] = float(m[4])
     return out
 

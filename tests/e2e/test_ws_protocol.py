@@ -7,6 +7,7 @@ import asyncio
 import json
 from typing import Any
 
+import httpx
 import pytest
 import websockets
 
@@ -139,8 +140,6 @@ async def test_engine_fault_becomes_engine_error_frame(fake_server: ServerProces
         ('{"type": "generate", "id": "x", "prompt": "a", "params": {"top_p": 0}}', "top_p"),
         ('{"type": "generate", "id": "x", "prompt": "a", "params": {"max_tokens": 0}}',
          "max_tokens"),
-        ('{"type": "generate", "id": "x", "prompt": "a", "params": {"max_tokens": 99999999}}',
-         "max_tokens"),
         ('{"type": "generate", "id": "x", "prompt": "a", "params": {"stop": [""]}}', "stop"),
         ('{"type": "generate", "id": "x", "prompt": "a", "params": {"bogus": 1}}', "bogus"),
         ('{"type": "generate", "id": "x", "prompt": "a", "extra": 1}', "extra"),
@@ -212,6 +211,27 @@ async def test_context_overflow_is_refused_not_truncated(fake_server: ServerProc
         with pytest.raises(ServerError) as info:
             await gen.collect()
     assert info.value.code == "context_overflow"
+
+
+async def test_max_tokens_above_the_limit_is_context_overflow_as_over_http(
+    fake_server: ServerProcess,
+) -> None:
+    """One verdict on every door: /ws says context_overflow, Chat Completions its OpenAI
+    name, context_length_exceeded, both naming max_tokens."""
+    ws = await raw(fake_server)
+    await ws.send(json.dumps({"type": "generate", "id": "x", "prompt": "a",
+                              "params": {"max_tokens": 99999999}}))
+    error = json.loads(await asyncio.wait_for(ws.recv(), 10))
+    await ws.close()
+    assert (error["type"], error["id"], error["code"]) == ("error", "x", "context_overflow")
+    assert error["message"].startswith("max_tokens (99999999) exceeds the context")
+    async with httpx.AsyncClient() as http:
+        r = await http.post(fake_server.url + "/v1/chat/completions",
+                            json={"messages": USER, "max_tokens": 99999999})
+    assert r.status_code == 400
+    assert (r.json()["error"]["code"], r.json()["error"]["param"]) == (
+        "context_length_exceeded", "max_tokens")
+    assert r.json()["error"]["message"] == error["message"]
 
 
 async def test_unknown_model_is_refused(fake_server: ServerProcess) -> None:

@@ -25,10 +25,13 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ..server.doors import DOORS, bench_names
+
 DEFAULT_PROMPT = "Write a short story about a robot who learns to paint."
-# the HTTP doors (apis.py, not imported here: `tokenpipe serve` builds this parser too)
-HTTP_APIS = ("sse", "anthropic", "responses", "ollama")
-APIS = ("ws", *HTTP_APIS)
+# the doors' names for the bench (server/doors.py: its table, without loading the doors);
+# the HTTP ones are apis.py's, not imported here: `tokenpipe serve` builds this parser too
+APIS = bench_names(DOORS)
+HTTP_APIS = tuple(api for api in APIS if api != "ws")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

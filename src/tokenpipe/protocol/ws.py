@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 from pydantic_core import PydanticCustomError
 
-from ..errors import BadRequest, MaxTokensAboveLimit, TokenpipeError
+from ..errors import BadRequest, TokenpipeError
 from ..sampling_defaults import FIELDS, given
 from ..types import (
     Delta,
@@ -310,10 +310,8 @@ def error(
 
 
 def error_of(exc: TokenpipeError, stream_id: str | None = None) -> dict[str, Any]:
-    """A tokenpipe error as this protocol's frame. A max_tokens above hello's
-    limits.max_tokens is a frame out of its stated range here: bad_request."""
-    if isinstance(exc, MaxTokensAboveLimit):
-        return error("bad_request", f"field 'params.{exc.param}': {exc.message}", stream_id)
+    """A tokenpipe error as this protocol's frame (a max_tokens above hello's
+    limits.max_tokens is context_overflow, as on every door)."""
     if type(exc) is BadRequest and exc.param:  # e.g. a response_format the engine refused
         where = f"params.{exc.param}" if exc.param in Params.model_fields else exc.param
         return error("bad_request", f"field '{where}': {exc.message}", stream_id)

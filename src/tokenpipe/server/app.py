@@ -7,12 +7,12 @@ import contextlib
 import functools
 import logging
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from types import FrameType
 
 import uvicorn
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
@@ -25,21 +25,17 @@ from .. import __version__
 from ..config import Settings, engine_makers
 from ..engines.base import Engine
 from ..logs import setup_logging
-from ..protocol.openai.errors import error_json
 from ..scheduler import Scheduler
-from .anthropic.routes import router as anthropic_router
 from .connection_caps import ConnectionCaps, open_fds, raise_fd_limit, throttle_accept_errors
-from .http_protocol import guarded_http
+from .doors import DOORS, Door, api_labels, door_at, mount_order, resolve
 from .model_slots import ModelSlot
-from .ollama.routes import routes as ollama_routes
-from .openai.routes import lean_routes, unparsable
-from .openai.routes import router as openai_router
-from .responses.routes import router as responses_router
+from .openai.lean import unparsable
+from .requests import catch_all
 from .runtime import Runtime
 from .security import RequireKey
-from .ws.endpoint import websocket_endpoint
-from .ws.frame_sink import KeepRawSend
-from .ws.uvicorn_protocol import TokenpipeWebSocketProtocol
+from .uvicorn.flow import KeepRawSend
+from .uvicorn.http import guarded_http
+from .uvicorn.websocket import TokenpipeWebSocketProtocol
 
 log = logging.getLogger("tokenpipe.server")
 STATIC = Path(__file__).with_name("static")
@@ -76,6 +72,12 @@ class UIFiles(StaticFiles):
         _, found = self.lookup_path(path)
         return found is not None
 
+    def serves(self, path: str) -> bool:
+        """A GET of `path` is the page: its root or one of its files (read per request)."""
+        if path in ("/", "/index.html"):
+            return True
+        return STATIC.is_dir() and self._exists(path.lstrip("/"))
+
 
 def _route_exists(scope: Scope) -> bool:
     """Some route other than a mount serves this path, with another method."""
@@ -86,10 +88,13 @@ def _route_exists(scope: Scope) -> bool:
     return False
 
 
-def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
-    """The app; `engine` may be given pre-built (tests), else it is built from settings."""
+def create_app(settings: Settings | None = None, engine: Engine | None = None,
+               doors: Sequence[Door] = DOORS) -> FastAPI:
+    """The app; `engine` may be given pre-built (tests), else it is built from settings;
+    `doors`: the APIs it serves (doors.py), each mounted, guarded and counted alike."""
     settings = settings or Settings()
     runtime = Runtime(settings)
+    runtime.models.apis = api_labels(doors)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -106,19 +111,17 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app = FastAPI(title="tokenpipe", version=__version__, lifespan=lifespan,
                   summary="Stream a local LLM's answer token by token.")
     app.state.runtime = runtime
-    app.router.routes[:0] = lean_routes()  # before FastAPI's own (see lean_routes)
-    app.include_router(anthropic_router)  # before openai's: its /v1/{path} catches all
-    app.include_router(responses_router)  # before openai's too (its /v1/{path})
-    app.include_router(openai_router)
-    app.router.routes.extend(ollama_routes())  # /api: Ollama's API
+    app.state.doors = doors
+    mount(app, doors)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        """Under /v1 every error has OpenAI's shape, also those Starlette raises itself
-        (a body that is not JSON, a path that does not match)."""
-        if not request.url.path.startswith("/v1/"):
+        """On a door's paths every error has the door's shape, also those Starlette raises
+        itself (a body that is not JSON, a path that does not match)."""
+        door = door_at(request.url.path, doors)
+        if door is None:
             return await http_exception_handler(request, exc)
-        body = error_json(_parse_error(exc) or str(exc.detail), kind="invalid_request_error")
+        body = door.error(exc.status_code, _parse_error(exc) or str(exc.detail))
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
     @app.api_route("/health", methods=["GET", "HEAD"], tags=["health"])
@@ -141,13 +144,29 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         return Response(generate_latest(runtime.metrics.registry),
                         media_type=CONTENT_TYPE_LATEST)
 
-    app.add_api_websocket_route("/ws", websocket_endpoint)
+    page = UIFiles(directory=STATIC, html=True, check_dir=False)
     app.add_middleware(KeepRawSend)
-    app.add_middleware(RequireKey, settings=settings)
+    app.add_middleware(RequireKey, settings=settings, doors=doors, page=page.serves)
 
-    app.mount("/", UIFiles(directory=STATIC, html=True, check_dir=False), name="ui")
+    app.mount("/", page, name="ui")
 
     return app
+
+
+def mount(app: FastAPI, doors: Sequence[Door]) -> None:
+    """Every door's routes, the fast ones (exact paths, served without FastAPI's handler)
+    before all; then each door's, the longest prefix first, followed by its catch-all."""
+    fast = {door.name: list(resolve(door.fast)) if door.fast else [] for door in doors}
+    app.router.routes[:0] = [route for routes in fast.values() for route in routes]
+    for door in mount_order(doors):
+        routes = resolve(door.routes)
+        if isinstance(routes, APIRouter):
+            app.include_router(routes)
+            routes = routes.routes  # with the router's prefix: what its 405s are read from
+        else:
+            app.router.routes.extend(routes)
+        if door.catch_all:
+            app.router.routes.extend(catch_all(door, [*fast[door.name], *routes]))
 
 
 def _parse_error(exc: StarletteHTTPException) -> str | None:
@@ -238,15 +257,21 @@ class DrainingServer(uvicorn.Server):
                 await asyncio.wait_for(self.lifespan.shutdown(), 5.0)
 
 
-def run_server(settings: Settings) -> None:
-    app = create_app(settings)
+def run_server(settings: Settings, doors: Sequence[Door] = DOORS) -> None:
+    app = create_app(settings, doors=doors)
+    DrainingServer(server_config(settings, app), app.state.runtime).run()
+
+
+def server_config(settings: Settings, app: FastAPI) -> uvicorn.Config:
+    """uvicorn's configuration of a tokenpipe server: its hardened HTTP and WebSocket
+    protocols, limits and caps, for the doors the app serves."""
     log_config = setup_logging(settings.log_level, settings.log_format,
                                secrets=(settings.api_key, settings.upstream_key))
     fd_limit = raise_fd_limit()  # the connection caps are fitted to it
     caps = ConnectionCaps.of(settings, fd_limit, open_fds())
     log.info("connections: at most %d open (%s per client address; open-file limit %d, "
              "backlog %d)", caps.total, caps.per_client or "no limit", fd_limit, caps.backlog)
-    config = uvicorn.Config(
+    return uvicorn.Config(
         app,
         log_config=log_config,
         host=settings.host,
@@ -254,15 +279,14 @@ def run_server(settings: Settings) -> None:
         log_level=settings.log_level,
         loop="asyncio",  # by name: an installed uvloop is not picked up untested
         # httptools (C parser; h11 cost the hop ~0.1 ms per request) with head and body
-        # limits, deadlines, connection caps and the Host check (http_protocol.py)
-        http=guarded_http(settings, caps),
+        # limits, deadlines, connection caps and the Host check (uvicorn/http.py)
+        http=guarded_http(settings, caps, app.state.doors),
         timeout_keep_alive=settings.keep_alive_timeout_s,
         backlog=caps.backlog,
-        ws=TokenpipeWebSocketProtocol,  # websockets-sansio, hardened (ws/uvicorn_protocol.py)
+        ws=TokenpipeWebSocketProtocol,  # websockets-sansio, hardened (uvicorn/websocket.py)
         ws_max_size=max(16 * 1024 * 1024, 4 * settings.max_message_bytes),
         ws_per_message_deflate=False,  # deltas are a few bytes: compressing costs, saves nothing
         ws_ping_interval=20.0,
         ws_ping_timeout=20.0,
         timeout_graceful_shutdown=int(settings.shutdown_grace_s) + 5,
     )
-    DrainingServer(config, app.state.runtime).run()

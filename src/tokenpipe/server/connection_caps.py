@@ -1,6 +1,6 @@
 """How many connections the server keeps open, in all and per client address, so that
 sockets never use up the process's file descriptors (then accept() fails, and /health and
-/ws stop answering). The HTTP protocol (http_protocol.py) asks `admit` for every new
+/ws stop answering). The HTTP protocol (uvicorn/http.py) asks `admit` for every new
 connection, HTTP or WebSocket, and refuses with 503 past a cap."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What an HTTP request may be (head size and line count, body size, how long its head and
 body may take to arrive) and the answer a request over a limit gets, written straight to
-the socket by the HTTP protocol (http_protocol.py) before any application code runs."""
+the socket by the HTTP protocol (uvicorn/http.py) before any application code runs."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ from dataclasses import dataclass
 from http import HTTPStatus
 
 from ..config import Settings
-from ..protocol.anthropic.errors import covers as anthropic_path
-from ..protocol.anthropic.errors import error_json as anthropic_error_json
-from ..protocol.ollama.errors import error_json as ollama_error
 from ..protocol.openai.errors import error_json
+from . import doors as door_table
+from .doors import DOORS, Door
 
 
 @dataclass(frozen=True)
@@ -34,26 +33,23 @@ class HttpLimits:
                    body_timeout_s=settings.body_timeout_s)
 
 
-def error_body(status: int, message: str, path: bytes) -> bytes:
-    """In the route's own error shape: Anthropic's under /v1/messages, OpenAI's elsewhere
-    under /v1/ and on /ws (as the handshake's other refusals), Ollama's under /api/,
-    FastAPI's `detail` elsewhere; OpenAI's when the path is not known."""
-    if anthropic_path(path.decode("latin-1")):
-        body: object = anthropic_error_json(message, status=status)
-    elif not path or path.startswith((b"/v1/", b"/ws")):
+def error_body(status: int, message: str, url: bytes, doors: Sequence[Door] = DOORS) -> bytes:
+    """In the shape of the door that owns the path (doors.py; on /ws OpenAI's, as the
+    handshake's other refusals), FastAPI's `detail` where none does; OpenAI's when the
+    path is not known (nothing of the request parsed yet)."""
+    path = url.partition(b"?")[0].decode("latin-1")
+    if not path:
         body = error_json(message, status=status)
-    elif path.startswith(b"/api/"):
-        body = ollama_error(message)
     else:
-        body = {"detail": message}
+        body = door_table.error_body(status, message, path, doors)
     return json.dumps(body).encode()
 
 
-def refusal(status: int, message: str, path: bytes,
+def refusal(status: int, message: str, url: bytes,
             headers: Sequence[tuple[bytes, bytes]] = (),
-            retry_after_s: int | None = None) -> bytes:
+            retry_after_s: int | None = None, doors: Sequence[Door] = DOORS) -> bytes:
     """A whole HTTP/1.1 response that closes the connection."""
-    body = error_body(status, message, path)
+    body = error_body(status, message, url, doors)
     lines = [b"HTTP/1.1 %d %s" % (status, HTTPStatus(status).phrase.encode())]
     lines += [name + b": " + value for name, value in headers]
     lines += [b"content-type: application/json", b"content-length: %d" % len(body),

@@ -1,6 +1,7 @@
-"""Who may talk to the server: the API key (checked once for HTTP, RequireKey, and once for
-WebSocket, check_handshake), the browser Origin on /ws (cross-site WebSocket hijacking) and
-the Host header on every route (DNS rebinding). docs/security.md has the threat model."""
+"""Who may talk to the server: the API key (checked for every request, deny by default,
+by RequireKey, and by the /ws handshake, check_handshake), the browser Origin on /ws
+(cross-site WebSocket hijacking) and the Host header on every route (DNS rebinding).
+docs/security.md has the threat model."""
 
 from __future__ import annotations
 
@@ -9,19 +10,18 @@ import binascii
 import functools
 import hmac
 import ipaddress
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from ..config import Settings
-from ..protocol.anthropic.errors import covers as anthropic_path
-from ..protocol.anthropic.errors import error_json as anthropic_error_json
-from ..protocol.ollama.errors import error_json as ollama_error
 from ..protocol.openai.errors import error_json
 from ..protocol.ws import BEARER_PREFIX
+from .doors import DOORS, PUBLIC, Door, door_at, error_body
 from .runtime import Runtime
 
 
@@ -144,42 +144,70 @@ async def _deny(websocket: WebSocket, status: int, message: str) -> None:
         await websocket.close(code=1008, reason=message)
 
 
-_NO_KEY = error_json("Incorrect or missing API key: send Authorization: Bearer KEY",
-                     status=401, code="invalid_api_key")
-_NO_ANTHROPIC_KEY = anthropic_error_json("invalid x-api-key: send x-api-key: KEY (or "
-                                         "Authorization: Bearer KEY)", status=401)
-_NO_KEY_OLLAMA = ollama_error("unauthorized: missing or wrong API key (send Authorization: "
-                              "Bearer KEY)")
-
-
 class RequireKey:
-    """ASGI middleware: with an API key configured, every /v1/ and /api/ request must carry
-    it (`Authorization: Bearer KEY`, or Anthropic's `x-api-key: KEY`), or is answered 401
-    before any route, in its door's shape (Anthropic's under /v1/messages, Ollama's under
-    /api/, OpenAI's elsewhere)."""
+    """ASGI middleware: with an API key configured, deny by default. Every request, HTTP or
+    WebSocket, must carry the key (`Authorization: Bearer KEY`, or the header its door
+    reads it from: Anthropic's `x-api-key: KEY`), unless it is PUBLIC, a GET of one of the
+    page's files (`page`), or on a door that checks the key itself (/ws: check_handshake);
+    else it is answered 401 before any route, in the shape of the door that owns the path
+    (doors.py; FastAPI's `{"detail"}` where none does)."""
 
-    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+    def __init__(self, app: ASGIApp, settings: Settings, doors: Sequence[Door] = DOORS,
+                 page: Callable[[str], bool] = lambda path: False) -> None:
         self.app = app
         self.key = settings.api_key
+        self.doors = doors
+        self.page = page
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.key and scope["type"] == "http":
-            path = scope["path"]
-            ollama = path == "/api" or path.startswith("/api/")
-            if (ollama or path.startswith("/v1/")) and not self._carries_key(scope):
-                body = (_NO_KEY_OLLAMA if ollama else
-                        _NO_ANTHROPIC_KEY if anthropic_path(path) else _NO_KEY)
-                await JSONResponse(body, status_code=401)(scope, receive, send)
+        if self.key and scope["type"] in ("http", "websocket"):
+            door = door_at(scope["path"], self.doors)
+            if not self._open(scope, door) and not self._carries_key(scope, door):
+                await self._deny(scope, receive, send, door)
                 return
         await self.app(scope, receive, send)
 
-    def _carries_key(self, scope: Scope) -> bool:
+    def _open(self, scope: Scope, door: Door | None) -> bool:
+        if door is not None:
+            return door.own_key
+        path = scope["path"]
+        return path in PUBLIC or (scope.get("method") in ("GET", "HEAD") and self.page(path))
+
+    def _carries_key(self, scope: Scope, door: Door | None) -> bool:
         assert self.key is not None
-        if key_matches(self.key, _header(scope, b"authorization"), []):
-            return True
-        offered = _header(scope, b"x-api-key")
-        return offered is not None and hmac.compare_digest(offered.strip().encode(),
-                                                           self.key.encode())
+        for name in door.key_headers if door is not None else ("authorization", "x-api-key"):
+            offered = _header(scope, name.encode())
+            if offered is None:
+                continue
+            if name == "authorization":
+                if key_matches(self.key, offered, []):
+                    return True
+            elif hmac.compare_digest(offered.strip().encode(), self.key.encode()):
+                return True
+        return False
+
+    async def _deny(self, scope: Scope, receive: Receive, send: Send,
+                    door: Door | None) -> None:
+        body = error_body(401, _NO_KEY, scope["path"], self.doors)
+        if scope["type"] == "http":
+            await JSONResponse(body, status_code=401)(scope, receive, send)
+        elif "websocket.http.response" in scope.get("extensions", {}):
+            await JSONResponse(body, status_code=401)(scope, receive, _denial(send))
+        else:  # no denial-response extension: refused before the handshake completes
+            await send({"type": "websocket.close", "code": 1008})
+
+
+_NO_KEY = "Incorrect or missing API key: send Authorization: Bearer KEY"
+
+
+def _denial(send: Send) -> Send:
+    """An HTTP response sent as a WebSocket handshake's denial (ASGI's extension)."""
+
+    async def deny(message: Message) -> None:
+        part = message["type"].rpartition(".")[2]  # http.response.start -> start
+        await send({**message, "type": f"websocket.http.response.{part}"})
+
+    return deny
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

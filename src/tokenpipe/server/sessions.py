@@ -22,6 +22,7 @@ from ..errors import (
 from ..scheduler import Scheduler
 from ..session import GenerationSession
 from ..types import FinishReason, GenerationRequest
+from .doors import DOORS, api_labels
 from .model_slots import ModelSlot, ModelState
 
 log = logging.getLogger("tokenpipe.server")
@@ -37,6 +38,8 @@ class ModelRegistry:
     load_error: str | None = None  # the configuration could not be read into models
     max_loaded: int = 0
     preloading: bool = False  # the start's loads are running
+    # the metrics' `api` labels a start may carry: the doors' (create_app sets its table's)
+    apis: frozenset[str] = field(default_factory=lambda: api_labels(DOORS))
     _room: asyncio.Event = field(default_factory=asyncio.Event)  # a loaded model went idle
     # requests waiting for their model's load, by the task that starts them
     _starts: dict[asyncio.Task[None], GenerationSession] = field(default_factory=dict)
@@ -58,7 +61,9 @@ class ModelRegistry:
         cannot be: an unknown model, a context overflow, a full queue, a shutdown. A model
         not in memory is loaded: the session is handed back at once, queued and `loading`,
         and starts once the load is done (or fails with the load's reason). `api`: the door
-        it came in by (metrics.APIS), its metrics' label."""
+        it came in by (its Door's label, doors.py), its metrics' label."""
+        if api not in self.apis:  # a fixed set: a typo would be a new metrics series
+            raise ValueError(f"api must be one of {sorted(self.apis)}, not {api!r}")
         slot = self.slot(request.model)
         if slot.state is ModelState.LOADED:
             assert slot.scheduler is not None

@@ -35,7 +35,7 @@ def refusal(model: type[Any], body: dict[str, Any]) -> tuple[str | None, str | N
     with pytest.raises(ValidationError) as info:
         model.model_validate(body)
     err = validation_error(info.value.errors())
-    assert err.status == 400 and err.openai_type == "invalid_request_error"
+    assert err.status == 400 and error_body(err)["error"]["type"] == "invalid_request_error"
     return err.param, err.openai_code, err.message
 
 
@@ -369,7 +369,7 @@ async def lean(scheduler: Scheduler, body: bytes | list[bytes], *,
     from types import SimpleNamespace
 
     from tokenpipe.config import Settings
-    from tokenpipe.server.openai.routes import _SERVED, Generation
+    from tokenpipe.server.openai.lean import _SERVED, Generation
     from tokenpipe.server.runtime import Runtime
 
     runtime = Runtime(Settings())

@@ -96,7 +96,7 @@ def test_text_frame_headers_match_the_websockets_library() -> None:
     would write for an unmasked final text frame, at every length boundary."""
     from websockets.frames import Frame, Opcode
 
-    from tokenpipe.server.ws.frame_sink import _text_header
+    from tokenpipe.server.uvicorn.flow import _text_header
 
     for n in (0, 1, 125, 126, 127, 65535, 65536, 70000):
         payload = b"x" * n

@@ -22,6 +22,7 @@ from typing import Any
 from pydantic_core import PydanticCustomError
 
 from ...types import Message, ToolCall
+from ..common import check_text
 
 _TEXT_FIELDS = {"type", "text", "cache_control", "citations"}
 # caller and toolset_name (the SDK's blocks carry them, null) are accepted and ignored
@@ -32,18 +33,6 @@ _FIELDS = {"tool_use": {"type", "id", "name", "input", "cache_control", "caller"
            "thinking": {"type", "thinking", "signature"},
            "redacted_thinking": {"type", "data"}}
 ASSISTANT_ONLY = ("tool_use", "thinking", "redacted_thinking")
-
-
-def check_text(value: str, at: str) -> str:
-    """A lone surrogate (the JSON escape "\\ud800") is not text: it cannot be tokenized."""
-    if not value.isascii():
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            raise PydanticCustomError("invalid_value", "text with a lone UTF-16 surrogate "
-                                      "(\\ud800-\\udfff) is not valid Unicode",
-                                      {"at": at} if at else None) from None
-    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +61,7 @@ def _string(block: dict[str, Any], key: str, at: str, *, empty: bool = True) -> 
     if not empty and not value:
         raise _error("string_too_short", "String should have at least 1 character",
                      f"{at}.{key}")
-    return check_text(value, f"{at}.{key}")
+    return check_text(value, at=f"{at}.{key}")
 
 
 def _known_fields(block: dict[str, Any], fields: set[str], at: str) -> None:
@@ -124,7 +113,7 @@ def _tool_result(block: dict[str, Any], at: str) -> Block:
     if isinstance(content, list):
         text = "\n".join(text_of(b, f"{at}.content.{i}") for i, b in enumerate(content))
     elif isinstance(content, str):
-        text = check_text(content, f"{at}.content")
+        text = check_text(content, at=f"{at}.content")
     else:
         raise _error("invalid_type", "Input should be a valid string or a list of text "
                      "blocks", f"{at}.content")
@@ -159,7 +148,7 @@ def parse_block(block: Any, at: str) -> Block:
 def parse_content(value: Any) -> Any:
     """A message's content: a string is one text block; a list, its blocks in order."""
     if isinstance(value, str):
-        return (Block("text", check_text(value, "")),)
+        return (Block("text", check_text(value)),)
     if isinstance(value, list):
         return tuple(parse_block(block, str(i)) for i, block in enumerate(value))
     raise PydanticCustomError("invalid_type", "Input should be a valid string or a list of "

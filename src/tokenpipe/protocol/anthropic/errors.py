@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...errors import BadRequest, TokenpipeError
+from ..common import BadBody
 
 # A full queue is 529 overloaded_error, not 429 rate_limit_error. The anthropic SDK retries
 # both alike (429 by name, 529 as a status >= 500; either honours retry-after-ms and
@@ -20,13 +21,6 @@ _TYPES = {400: "invalid_request_error", 401: "authentication_error",
           403: "permission_error", 404: "not_found_error", 408: "timeout_error",
           413: "request_too_large", 429: "rate_limit_error", 504: "timeout_error",
           OVERLOADED_STATUS: "overloaded_error"}
-
-
-def covers(path: str) -> bool:
-    """Whether errors on this path (a query string allowed) take Anthropic's shape:
-    /v1/messages and below."""
-    path = path.partition("?")[0]
-    return path == "/v1/messages" or path.startswith("/v1/messages/")
 
 
 def error_type(status: int) -> str:
@@ -65,6 +59,17 @@ def error_body(exc: TokenpipeError) -> dict[str, Any]:
     if param and not message.startswith(param):
         message = f"{param}: {message}"
     return error_json(message, status=status_of(exc))
+
+
+def bad_body(exc: BadBody) -> AnthropicError:
+    """A body that is not JSON we take (protocol/common.read_json), in Anthropic's words."""
+    if exc.kind == "empty":
+        return AnthropicError("The request body is empty: send a JSON object.")
+    if exc.kind == "syntax":
+        return AnthropicError(f"The request body is not valid JSON: {exc.detail} at line "
+                              f"{exc.line} column {exc.column}")
+    why = "it is nested too deeply" if exc.kind == "deep" else exc.detail
+    return AnthropicError(f"The request body is not JSON we take: {why}")
 
 
 def field_path(loc: Sequence[int | str]) -> str:

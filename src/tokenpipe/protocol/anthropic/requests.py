@@ -40,8 +40,10 @@ from pydantic_core import PydanticCustomError
 from ...constrain.grammars import schema_text
 from ...sampling_defaults import given
 from ...types import GenerationRequest, Message, OutputFormat, SamplingParams, Tool, ToolChoice
+from ..common import check_text
+from ..common import neutral_only as _refuse
 from ..formats import ToolName
-from .blocks import ASSISTANT_ONLY, check_text, parse_content, text_of, turns
+from .blocks import ASSISTANT_ONLY, parse_content, text_of, turns
 
 MAX_STOP = 16  # as the OpenAI door: the core's stop matcher checks each one per piece
 MAX_TOOLS = 128
@@ -50,7 +52,7 @@ MAX_TOOLS = 128
 def _flatten(value: Any) -> Any:
     """System text: a string, or text blocks joined with newlines (their order kept)."""
     if isinstance(value, str):
-        return check_text(value, "")
+        return check_text(value)
     if isinstance(value, list):
         return "\n".join(text_of(block, str(i)) for i, block in enumerate(value))
     return value  # not text: the str field refuses it with pydantic's own words
@@ -108,17 +110,6 @@ Content = Annotated[tuple[Any, ...], BeforeValidator(parse_content),
 # Optional as one nullable field: an error names `system`, not a branch of a union
 OptionalContent = Annotated[str | None, BeforeValidator(_flatten), WithJsonSchema(
     {**_SYSTEM_SCHEMA, "anyOf": [*_SYSTEM_SCHEMA["anyOf"], {"type": "null"}]})]
-
-
-def _refuse(neutral: tuple[Any, ...], message: str) -> Any:
-    """A validator that lets the neutral values through and refuses the rest."""
-
-    def check(value: Any) -> Any:
-        if value is None or any(value == n and type(value) is type(n) for n in neutral):
-            return None
-        raise PydanticCustomError("unsupported_parameter", message)
-
-    return BeforeValidator(check)
 
 
 Refused = SkipJsonSchema[Any]  # hidden from the schema: they exist only to be refused

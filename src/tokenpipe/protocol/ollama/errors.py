@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...errors import BadRequest, TokenpipeError
+from ..common import BadBody
 
 # tokenpipe codes whose status differs on this door; the others keep their own
 _STATUS = {"overloaded": 503, "too_many_streams": 503}
@@ -49,6 +50,20 @@ def message_of(exc: TokenpipeError, model: str | None = None) -> str:
 
 def error_body(exc: TokenpipeError, model: str | None = None) -> dict[str, Any]:
     return error_json(message_of(exc, model))
+
+
+def bad_body(exc: BadBody) -> OllamaError:
+    """A body that is not JSON we take (protocol/common.read_json, strict), in Ollama's
+    words."""
+    if exc.kind == "empty":
+        return OllamaError("missing request body")
+    if exc.kind == "syntax":
+        return OllamaError(f"the body is not JSON: {exc.detail} (line {exc.line}, column "
+                           f"{exc.column})")
+    if exc.kind == "constant":
+        return OllamaError(f"the body is not JSON: {exc.detail} is not a JSON number")
+    why = "it is nested too deeply" if exc.kind == "deep" else exc.detail
+    return OllamaError(f"the body is not JSON we take: {why}")
 
 
 def param_name(loc: Sequence[int | str]) -> str:

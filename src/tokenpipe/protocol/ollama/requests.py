@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
@@ -31,24 +32,16 @@ from ...config_file import parse_duration
 from ...constrain.grammars import schema_text
 from ...sampling_defaults import given
 from ...types import GenerationRequest, Message, OutputFormat, SamplingParams, ToolCall
+from ..common import check_text, neutral_only
 from ..formats import ToolName, ToolSpec
+
+_refuse = functools.partial(neutral_only, kind="unsupported")
 
 MAX_STOP = 16
 # Ollama's defaults (api.DefaultOptions) for what a request leaves out
 DEFAULT_TEMPERATURE = 0.8
 DEFAULT_TOP_K = 40
 DEFAULT_TOP_P = 0.9
-
-
-def _refuse(neutral: tuple[Any, ...], message: str) -> Any:
-    """A validator that lets None and the neutral values through and refuses the rest."""
-
-    def check(value: Any) -> Any:
-        if value is None or any(value == n and type(value) is type(n) for n in neutral):
-            return None
-        raise PydanticCustomError("unsupported", message)
-
-    return BeforeValidator(check)
 
 
 def _whole(value: Any) -> Any:
@@ -61,17 +54,6 @@ def _whole(value: Any) -> Any:
 def _number(value: Any) -> Any:
     """An integer is a number too; a bool is not (strict mode refuses it then)."""
     return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
-
-
-def _text(value: Any) -> Any:
-    """A lone surrogate (the JSON escape "\\ud800") is not text: it cannot be tokenized."""
-    if isinstance(value, str) and not value.isascii():
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            raise PydanticCustomError("invalid_text", "text with a lone UTF-16 surrogate "
-                                      "(\\ud800-\\udfff) is not valid Unicode") from None
-    return value
 
 
 def _duration(value: Any) -> Any:
@@ -111,7 +93,7 @@ def _think(value: Any) -> Any:
 Refused = Any  # a field that exists only to be refused (or to pass when neutral)
 Whole = Annotated[int, BeforeValidator(_whole)]
 Number = Annotated[float, BeforeValidator(_number)]
-Text = Annotated[str, BeforeValidator(_text)]
+Text = Annotated[str, BeforeValidator(functools.partial(check_text, kind="invalid_text"))]
 Stop = Annotated[list[Annotated[Text, Field(min_length=1, max_length=256)]],
                  Field(max_length=MAX_STOP), BeforeValidator(_stop_list)]
 

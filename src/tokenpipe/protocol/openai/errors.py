@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...errors import BadRequest, TokenpipeError
+from ..common import BadBody
 
 # tokenpipe error codes that OpenAI names differently; the others pass through
 _OPENAI_CODES = {
@@ -22,7 +23,8 @@ _TYPES = {401: "authentication_error", 403: "permission_error", 421: "permission
 
 def error_json(message: str, *, status: int = 400, kind: str | None = None,
                param: str | None = None, code: str | None = None) -> dict[str, Any]:
-    """The one OpenAI error object; `kind` (OpenAI's `type`) defaults from the status."""
+    """The one OpenAI error object; `kind` (OpenAI's `type`) defaults from the status (the
+    core's errors name no door's types: their status says it)."""
     if kind is None:
         kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
@@ -47,8 +49,17 @@ def error_body(exc: TokenpipeError, fields: Mapping[str, str] | None = None) -> 
         code = _OPENAI_CODES.get(exc.code, exc.code)
     param = exc.param if fields is None or exc.param is None else fields.get(exc.param,
                                                                              exc.param)
-    return error_json(exc.message, status=exc.status, kind=exc.openai_type, param=param,
-                      code=code)
+    return error_json(exc.message, status=exc.status, param=param, code=code)
+
+
+def bad_body(exc: BadBody) -> OpenAIError:
+    """A body that is not JSON we take (protocol/common.read_json), in OpenAI's words."""
+    if exc.kind == "empty":
+        return OpenAIError("The request body is empty: send a JSON object.", param=None,
+                           openai_code=None)
+    why = "it is nested too deeply" if exc.kind == "deep" else exc.detail
+    return OpenAIError(f"We could not parse the JSON body of your request: {why}",
+                       param=None, openai_code=None)
 
 
 def param_name(loc: Sequence[int | str]) -> str | None:

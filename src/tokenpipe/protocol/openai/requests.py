@@ -37,6 +37,8 @@ from pydantic_core import PydanticCustomError
 
 from ...sampling_defaults import FIELDS, given
 from ...types import GenerationRequest, Message, OutputFormat, SamplingParams, ToolCall
+from ..common import check_text as _text
+from ..common import neutral_only as _refuse
 from ..formats import (
     MessageToolCall,
     NamedToolChoice,
@@ -50,17 +52,6 @@ MAX_STOP = 16  # OpenAI allows 4; the core's matcher takes more, as vLLM does
 
 def _unsupported(value: Any, message: str) -> Any:
     raise PydanticCustomError("unsupported_value", message)
-
-
-def _refuse(neutral: tuple[Any, ...], message: str) -> Any:
-    """A validator that lets the neutral values through and refuses the rest."""
-
-    def check(value: Any) -> Any:
-        if value is None or any(value == n and type(value) is type(n) for n in neutral):
-            return None
-        raise PydanticCustomError("unsupported_parameter", message)
-
-    return BeforeValidator(check)
 
 
 # Hidden from the schema: they exist only to be refused (or to pass when neutral).
@@ -181,17 +172,6 @@ class _Sampling(_Body):
             logprobs=self.logprobs_top,
             given=given(self, FIELDS),
         )
-
-
-def _text(value: Any) -> Any:
-    """A lone surrogate (the JSON escape "\\ud800") is not text: it cannot be tokenized."""
-    if isinstance(value, str) and not value.isascii():
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            raise PydanticCustomError("invalid_value", "text with a lone UTF-16 surrogate "
-                                      "(\\ud800-\\udfff) is not valid Unicode") from None
-    return value
 
 
 def _flatten_content(value: Any) -> Any:

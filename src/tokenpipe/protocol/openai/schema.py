@@ -3,6 +3,7 @@ itself, an event stream is written out here."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -40,3 +41,10 @@ def sse_openapi(chunk: type[BaseModel], example: str) -> dict[str, Any]:
                        "Comment lines (`: ping`, `: queued position=N`) keep idle streams "
                        "alive; SSE clients skip them."},
         "example": example}
+
+
+def error_responses(model: type[BaseModel], texts: Mapping[int | str, str]
+                    ) -> dict[int | str, dict[str, Any]]:
+    """FastAPI's `responses=` for a door's errors: each status (or "4XX") with the door's
+    error model and what it means there."""
+    return {status: {"model": model, "description": text} for status, text in texts.items()}

@@ -37,6 +37,8 @@ from pydantic_core import PydanticCustomError
 
 from ...sampling_defaults import given
 from ...types import GenerationRequest, Message, OutputFormat, SamplingParams
+from ..common import check_text as _text
+from ..common import neutral_only as _refuse
 from ..formats import JsonSchemaSpec, ResponseFormat
 from .tools import (
     ChoiceField,
@@ -49,28 +51,6 @@ from .tools import (
 )
 
 _TEXT_PARTS = ("input_text", "output_text")
-
-
-def _text(value: Any) -> Any:
-    """A lone surrogate (the JSON escape "\\ud800") is not text: it cannot be tokenized."""
-    if isinstance(value, str) and not value.isascii():
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            raise PydanticCustomError("invalid_value", "text with a lone UTF-16 surrogate "
-                                      "(\\ud800-\\udfff) is not valid Unicode") from None
-    return value
-
-
-def _refuse(neutral: tuple[Any, ...], message: str) -> Any:
-    """A validator that lets the neutral values through and refuses the rest."""
-
-    def check(value: Any) -> Any:
-        if value is None or any(value == n and type(value) is type(n) for n in neutral):
-            return None
-        raise PydanticCustomError("unsupported_parameter", message)
-
-    return BeforeValidator(check)
 
 
 Refused = SkipJsonSchema[Any]  # hidden from the schema: they exist only to be refused

@@ -1,15 +1,14 @@
 """/v1/messages: Anthropic's Messages API (docs/protocol.md, "Anthropic Messages HTTP").
 Thin: parse, start (or count), hand the session to SessionResponse. Every answer under
 /v1/messages has Anthropic's error shape and statuses, unknown paths and wrong methods
-too; the API key (`x-api-key` or `Authorization: Bearer`) is checked before any route
-(security.RequireKey).
+too (the door's catch-all, doors.py); the API key (`x-api-key` or `Authorization:
+Bearer`) is checked before any route (security.RequireKey).
 
 The handlers read and validate the body themselves (FastAPI would answer 422 in its own
 shape); the request models are documented in /docs through `openapi_extra`."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -18,25 +17,24 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect
 
 from ...errors import TokenpipeError
-from ...protocol.anthropic.errors import AnthropicError, validation_error
+from ...protocol.anthropic.errors import bad_body, validation_error
 from ...protocol.anthropic.requests import CountTokensRequest, MessagesRequest
 from ...protocol.anthropic.responses import ErrorResponse, MessageResponse, TokenCount
-from ...protocol.openai.schema import inline_schema
-from ..runtime import Runtime
+from ...protocol.openai.schema import error_responses, inline_schema
+from ..requests import json_body, runtime_of
 from .session_response import SessionResponse, error_response
 
 router = APIRouter(prefix="/v1/messages", tags=["anthropic"])
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorResponse, "description": text} for status, text in {
-        400: "invalid_request_error: a bad field (the message names it), or prompt plus "
-             "max_tokens do not fit the context",
-        401: "authentication_error: missing or wrong API key",
-        404: "not_found_error: unknown model",
-        413: "request_too_large: the body is over --max-body-bytes",
-        500: "api_error: the engine failed before the first token",
-        503: "api_error: the model is not loaded (yet), or the server is shutting down",
-        529: "overloaded_error: the queue is full; retry after the `Retry-After` seconds",
-    }.items()}
+_ERRORS = error_responses(ErrorResponse, {
+    400: "invalid_request_error: a bad field (the message names it), or prompt plus "
+         "max_tokens do not fit the context",
+    401: "authentication_error: missing or wrong API key",
+    404: "not_found_error: unknown model",
+    413: "request_too_large: the body is over --max-body-bytes",
+    500: "api_error: the engine failed before the first token",
+    503: "api_error: the model is not loaded (yet), or the server is shutting down",
+    529: "overloaded_error: the queue is full; retry after the `Retry-After` seconds",
+})
 _SSE = {"text/event-stream": {"example": (
     'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1",'
     '"type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,'
@@ -65,8 +63,8 @@ def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
 async def create_message(request: Request) -> Response:
     """A message from the model, whole or streamed token by token."""
     try:
-        body = MessagesRequest.model_validate(await _json(request))
-        session = await _runtime(request).models.start(body.to_request(), api="anthropic")
+        body = MessagesRequest.model_validate(await json_body(request, bad_body))
+        session = await runtime_of(request).models.start(body.to_request(), api="anthropic")
     except ClientDisconnect:
         return Response(status_code=400)  # nobody is left to read it
     except ValidationError as exc:
@@ -74,7 +72,7 @@ async def create_message(request: Request) -> Response:
     except TokenpipeError as exc:
         return error_response(exc)
     return SessionResponse(session, stream=body.stream,
-                          ping_s=_runtime(request).settings.sse_ping_interval_s)
+                          ping_s=runtime_of(request).settings.sse_ping_interval_s)
 
 
 @router.post("/count_tokens", response_model=TokenCount, responses=_ERRORS,
@@ -82,8 +80,8 @@ async def create_message(request: Request) -> Response:
 async def count_tokens(request: Request) -> Response:
     """The prompt's tokens, counted exactly as a generation of it counts them."""
     try:
-        body = CountTokensRequest.model_validate(await _json(request))
-        tokens = await _runtime(request).models.count_tokens(body.to_request())
+        body = CountTokensRequest.model_validate(await json_body(request, bad_body))
+        tokens = await runtime_of(request).models.count_tokens(body.to_request())
     except ClientDisconnect:
         return Response(status_code=400)
     except ValidationError as exc:
@@ -91,42 +89,3 @@ async def count_tokens(request: Request) -> Response:
     except TokenpipeError as exc:
         return error_response(exc)
     return JSONResponse({"input_tokens": tokens})
-
-
-_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"]
-_ROUTES = {"/v1/messages", "/v1/messages/count_tokens"}
-
-
-@router.api_route("", methods=[m for m in _METHODS if m != "POST"], include_in_schema=False)
-@router.api_route("/{path:path}", methods=_METHODS, include_in_schema=False)
-async def not_found(request: Request) -> Response:
-    """Any other path or method under /v1/messages, in Anthropic's shape."""
-    path = request.url.path
-    if path in _ROUTES:  # a known route asked with the wrong method
-        response = error_response(AnthropicError(
-            f"Method {request.method} not allowed on {path}; use POST", status=405))
-        response.headers["Allow"] = "POST"
-        return response
-    return error_response(AnthropicError(f"Not found: {request.method} {path}", status=404))
-
-
-async def _json(request: Request) -> Any:
-    """The body as JSON, whatever its content type says; AnthropicError when it is not."""
-    raw = await request.body()
-    if not raw:
-        raise AnthropicError("The request body is empty: send a JSON object.")
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise AnthropicError(f"The request body is not valid JSON: {exc.msg} at line "
-                             f"{exc.lineno} column {exc.colno}") from None
-    except RecursionError:
-        raise AnthropicError("The request body is not JSON we take: it is nested too "
-                             "deeply") from None
-    except ValueError as exc:  # an integer over Python's digit limit, bytes not UTF-8
-        raise AnthropicError(f"The request body is not JSON we take: {exc}") from None
-
-
-def _runtime(request: Request) -> Runtime:
-    runtime: Runtime = request.app.state.runtime
-    return runtime

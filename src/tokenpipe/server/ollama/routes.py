@@ -9,9 +9,8 @@ application/x-www-form-urlencoded).
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect, Request
@@ -20,10 +19,11 @@ from starlette.routing import BaseRoute, Route
 
 from ...errors import TokenpipeError
 from ...protocol.ollama import names
-from ...protocol.ollama.errors import OllamaError, error_json, validation_error
+from ...protocol.ollama.errors import OllamaError, bad_body, error_json, validation_error
 from ...protocol.ollama.requests import ChatRequest, GenerateRequest, ShowRequest
 from ...protocol.ollama.responses import Answer, loaded_model, shown, tag
-from ..runtime import Runtime
+from ..doors import METHODS
+from ..requests import json_body, runtime_of
 from ..sessions import ModelRegistry
 from .ndjson_response import JSON_TYPE, NdjsonResponse, error_response
 
@@ -31,12 +31,11 @@ from .ndjson_response import JSON_TYPE, NdjsonResponse, error_response
 OLLAMA_VERSION = "0.13.0"
 _STARTED = datetime.now(UTC)  # when this server started serving its models
 Body = TypeVar("Body", bound=BaseModel)
-_EVERY_METHOD = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"]
 
 
 def routes() -> list[BaseRoute]:
-    """Ollama's routes, then one for every other path under /api (Ollama's 404 and 405,
-    and what this server does not do)."""
+    """Ollama's routes, and 501 for those this server does not serve (the door's catch-all,
+    doors.py, answers Ollama's 404 and 405 after them)."""
     return [
         Route("/api/chat", chat, methods=["POST"]),
         Route("/api/generate", generate, methods=["POST"]),
@@ -44,8 +43,8 @@ def routes() -> list[BaseRoute]:
         Route("/api/show", show, methods=["POST"]),
         Route("/api/ps", list_loaded, methods=["GET"]),
         Route("/api/version", version, methods=["GET", "HEAD"]),
-        Route("/api/{path:path}", other, methods=_EVERY_METHOD),
-        Route("/api", other, methods=_EVERY_METHOD),
+        *(Route(path + "{rest:path}", not_served, methods=list(METHODS))
+          for path in _NOT_SERVED),
     ]
 
 
@@ -134,23 +133,12 @@ async def version(request: Request) -> Response:
 # Ollama's routes this server does not serve: it serves the models it was started with
 _NOT_SERVED = ("/api/pull", "/api/push", "/api/create", "/api/copy", "/api/delete",
                "/api/embed", "/api/embeddings", "/api/blobs/")
-_ALLOWED = {"/api/chat": "POST", "/api/generate": "POST", "/api/tags": "GET, HEAD",
-            "/api/show": "POST", "/api/ps": "GET, HEAD", "/api/version": "GET, HEAD"}
 
 
-async def other(request: Request) -> Response:
-    path = request.url.path
-    allowed = _ALLOWED.get(path)
-    if allowed is not None:  # a known route asked with the wrong method
-        return JSONResponse(error_json(f"method {request.method} not allowed on {path}; "
-                                       f"use {allowed}"), status_code=405,
-                            headers={"allow": allowed})
-    if path.startswith(_NOT_SERVED):
-        return JSONResponse(error_json(
-            f"{path} is not supported: this server serves the models it was started with "
-            "(GET /api/tags lists them) and generates text only"), status_code=501)
-    return JSONResponse(error_json(f"404 page not found: {request.method} {path}"),
-                        status_code=404)
+async def not_served(request: Request) -> Response:
+    return JSONResponse(error_json(
+        f"{request.url.path} is not supported: this server serves the models it was started "
+        "with (GET /api/tags lists them) and generates text only"), status_code=501)
 
 
 def _served(models: ModelRegistry, requested: str) -> str:
@@ -164,35 +152,13 @@ def _served(models: ModelRegistry, requested: str) -> str:
 
 
 def _models(request: Request) -> ModelRegistry:
-    runtime: Runtime = request.app.state.runtime
-    return runtime.models
+    return runtime_of(request).models
 
 
 async def _body(request: Request, model: type[Body]) -> Body:
     """The body validated with `model`; OllamaError for what is not a JSON object of it."""
-    raw = await request.body()
-    if not raw.strip():
-        raise OllamaError("missing request body")
-    try:
-        data: Any = json.loads(raw, parse_constant=_no_constant)
-    except json.JSONDecodeError as exc:
-        raise OllamaError(f"the body is not JSON: {exc.msg} (line {exc.lineno}, column "
-                          f"{exc.colno})") from None
-    except _Constant as exc:
-        raise OllamaError(f"the body is not JSON: {exc} is not a JSON number") from None
-    except RecursionError:
-        raise OllamaError("the body is not JSON we take: it is nested too deeply") from None
-    except ValueError as exc:  # an integer over Python's digit limit, bad UTF-8
-        raise OllamaError(f"the body is not JSON we take: {exc}") from None
+    data = await json_body(request, bad_body, strict=True)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         raise validation_error(exc.errors()) from None
-
-
-class _Constant(Exception):
-    """NaN or Infinity, which Python's json reads and JSON (RFC 8259) does not allow."""
-
-
-def _no_constant(name: str) -> Any:
-    raise _Constant(name)

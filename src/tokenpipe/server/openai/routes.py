@@ -1,21 +1,15 @@
 """/v1: the OpenAI-compatible routes (docs/protocol.md section 3). Thin: parse, start, hand
 the session to SessionResponse. Every error on these routes has OpenAI's shape and status
 (400 for validation, where FastAPI would say 422); the API key is checked before any route
-(security.RequireKey).
+(security.RequireKey), other paths and methods get the door's catch-all (doors.py).
 
 The two generation routes are documented by FastAPI (their signatures give /docs its
-schema) but served by `Generation`, a plain ASGI handler: FastAPI's request handler
-(dependency solving, its body parsing, its response pipeline) cost the hop (`--engine
-openai`) about a fifth of its CPU per request. `Generation` reads the body once and words
-every error as FastAPI did. Without `lean_routes()` in the app, FastAPI's routes serve.
+schema) but served by lean.py's `Generation` (the fast path); without it, these serve.
 """
 
 from __future__ import annotations
 
-import email.message
 import functools
-import json
-import logging
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -24,13 +18,9 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
-from pydantic import ValidationError
-from starlette.requests import ClientDisconnect
-from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from ...errors import BadRequest, TokenpipeError, UnknownModel
-from ...protocol.openai.errors import OpenAIError, validation_error
+from ...protocol.openai.errors import validation_error
 from ...protocol.openai.render import ChatRender, CompletionRender
 from ...protocol.openai.requests import ChatCompletionRequest, CompletionRequest
 from ...protocol.openai.responses import (
@@ -41,13 +31,13 @@ from ...protocol.openai.responses import (
     ModelCard,
     ModelList,
 )
-from ...protocol.openai.schema import sse_openapi
+from ...protocol.openai.schema import error_responses, sse_openapi
+from ..requests import runtime_of
 from ..runtime import Runtime
 from .choices import ChoicesResponse, start_choices
 from .resumable_sse import opted_in, resumed, started
 from .session_response import SessionResponse, error_response
 
-log = logging.getLogger("tokenpipe.openai")
 Body = ChatCompletionRequest | CompletionRequest
 Render = type[ChatRender | CompletionRender]
 
@@ -69,15 +59,6 @@ class OpenAIRoute(APIRoute):
         return route
 
 
-def lean_routes() -> list[Route]:
-    """The generation routes as plain Starlette routes, served by `Generation`; the app puts
-    them first, so a generation request is matched by the first route it meets (FastAPI's
-    router walks its included routes with context bookkeeping for each). The FastAPI
-    routes of the same paths below document them in /docs; without these they serve."""
-    return [Route(path, Generation(model, render), methods=["POST"])
-            for path, (model, render) in _SERVED.items()]
-
-
 _STARTED = int(time.time())
 # Only documents the scheme in /docs: security.RequireKey decides, before any route.
 _bearer = HTTPBearer(auto_error=False, description="Needed when the server has an API key.")
@@ -94,9 +75,7 @@ _ERROR_TEXTS: dict[int | str, str] = {
     503: "The model is not loaded (yet), or the server is shutting down",
     "4XX": "Any other client error (never FastAPI's 422: validation answers 400)",
 }
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorResponse, "description": text} for status, text in _ERROR_TEXTS.items()
-}
+_ERRORS = error_responses(ErrorResponse, _ERROR_TEXTS)
 _CHAT_SSE = (
     'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m",'
     '"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,'
@@ -127,15 +106,15 @@ def _responses(chunk: type[ChatCompletionChunk | Completion], example: str) -> d
 
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     """A chat answer from the model, whole or streamed token by token."""
-    return await start(_runtime(request), body, ChatRender, _resumable(body, request))
+    return await start(runtime_of(request), body, ChatRender, resumable_of(body, request))
 
 
 async def completions(body: CompletionRequest, request: Request) -> Response:
     """A raw-text continuation (no chat template), whole or streamed."""
-    return await start(_runtime(request), body, CompletionRender, _resumable(body, request))
+    return await start(runtime_of(request), body, CompletionRender, resumable_of(body, request))
 
 
-def _resumable(body: Body, request: Request) -> bool:
+def resumable_of(body: Body, request: Request) -> bool:
     """The body's `resumable`, else the X-Resumable header of a streamed request (looked
     up only then: a request that says nothing pays one attribute test)."""
     if body.resumable is not None or not body.stream:
@@ -153,11 +132,9 @@ async def resume_stream(
 ) -> Response:
     """A resumable stream (a Chat Completions or Completions request with `resumable`, or
     a tokenpipe.v1 one) from after Last-Event-ID, in Chat Completions chunks, to its end."""
-    runtime = _runtime(request)
+    runtime = runtime_of(request)
     return resumed(runtime.resumable, token, last_event_id_header, last_event_id,
                    runtime.settings.sse_ping_interval_s)
-
-
 
 
 @router.get("/models", response_model=ModelList, responses=_ERRORS)
@@ -172,40 +149,17 @@ async def get_model(model_id: str, request: Request) -> ModelCard:
     return _card(request, model_id)
 
 
-async def not_found(request: Request) -> Response:
-    path = request.url.path
-    allowed = _ROUTES.get(path) or ("GET" if path.startswith(("/v1/models/", "/v1/streams/"))
-                                    else None)
-    if allowed is not None:  # a known route asked with the wrong method
-        exc = OpenAIError(f"Method {request.method} not allowed on {path}; use {allowed}",
-                          param=None, openai_code=None, status=405)
-        response = error_response(exc)
-        response.headers["Allow"] = allowed
-        return response
-    exc = OpenAIError(f"Invalid URL ({request.method} {path})", param=None, openai_code=None,
-                      status=404)
-    return error_response(exc)
-
-
-_ROUTES = {"/v1/models": "GET", "/v1/chat/completions": "POST", "/v1/completions": "POST"}
-
-
 def _models(request: Request) -> list[str]:
-    models = _runtime(request).models
+    models = runtime_of(request).models
     models.check_serving()  # 503 when no model can serve
     return models.names
 
 
 def _card(request: Request, model_id: str) -> ModelCard:
-    models = _runtime(request).models
+    models = runtime_of(request).models
     return ModelCard(id=model_id, created=_STARTED,
                      max_model_len=models.info(model_id).context_tokens,
                      state=models.slot(model_id).state.value)
-
-
-def _runtime(request: Request) -> Runtime:
-    runtime: Runtime = request.app.state.runtime
-    return runtime
 
 
 async def start(runtime: Runtime, body: Body, render: Render,
@@ -244,78 +198,6 @@ async def start(runtime: Runtime, body: Body, render: Render,
         include_usage=body.include_usage, ping_s=runtime.settings.sse_ping_interval_s)
 
 
-class Generation:
-    """The ASGI handler of one generation route: the body read once, validated with the
-    route's model, started; every refusal in OpenAI's shape, worded as FastAPI did."""
-
-    def __init__(self, model: type[Body], render: Render) -> None:
-        self.model = model
-        self.render = render
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        log.debug("%s: the lean handler", scope["path"])
-        request = Request(scope, receive)
-        try:
-            raw = await request.body()
-        except ClientDisconnect:
-            return
-        try:
-            body = self.model.model_validate(_json_body(raw, request.headers.get("content-type")))
-        except ValidationError as exc:
-            response = error_response(validation_error(exc.errors()))
-        except OpenAIError as exc:
-            response = error_response(exc)
-        else:
-            try:
-                resumable = _resumable(body, request)
-            except OpenAIError as exc:
-                response = error_response(exc)
-            else:
-                response = await start(request.app.state.runtime, body, self.render,
-                                       resumable)
-        await response(scope, receive, send)
-
-
-def _json_body(raw: bytes, content_type: str | None) -> Any:
-    """The body as FastAPI reads it (strict content type): JSON when it says so, else the
-    bytes (which no model takes); JSON it cannot parse is an OpenAIError."""
-    if not raw:
-        return None
-    if content_type is None:
-        return raw
-    if content_type != "application/json" and not _says_json(content_type):
-        return raw
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise OpenAIError(f"We could not parse the JSON body of your request: {exc.msg}",
-                          param=None, openai_code=None) from None
-    except RecursionError:
-        raise OpenAIError(unparsable(RecursionError()), param=None, openai_code=None) from None
-    except ValueError as exc:  # an integer over Python's digit limit
-        raise OpenAIError(unparsable(exc), param=None, openai_code=None) from None
-
-
-def _says_json(content_type: str) -> bool:
-    """application/json or application/*+json, parameters and case as email reads them."""
-    message = email.message.Message()
-    message["content-type"] = content_type
-    subtype = message.get_content_subtype()
-    return message.get_content_maintype() == "application" and (
-        subtype == "json" or subtype.endswith("+json"))
-
-
-def unparsable(cause: BaseException) -> str:
-    """Why a body json.loads refused is not JSON we take (nested too deeply, a number too
-    long): FastAPI itself says only "There was an error parsing the body"."""
-    why = "it is nested too deeply" if isinstance(cause, RecursionError) else str(cause)
-    return f"We could not parse the JSON body of your request: {why}"
-
-
-_SERVED: dict[str, tuple[type[Body], Render]] = {
-    "/v1/chat/completions": (ChatCompletionRequest, ChatRender),
-    "/v1/completions": (CompletionRequest, CompletionRender),
-}
 router.add_api_route("/chat/completions", chat_completions, methods=["POST"],
                      response_model=ChatCompletion,
                      responses=_responses(ChatCompletionChunk, _CHAT_SSE))
@@ -323,5 +205,3 @@ router.add_api_route("/completions", completions, methods=["POST"],
                      response_model=Completion, responses=_responses(Completion, _TEXT_SSE))
 router.add_api_route("/streams/{token}", resume_stream, methods=["GET"],
                      responses=_responses(ChatCompletionChunk, _CHAT_SSE))
-router.add_api_route("/{path:path}", not_found, include_in_schema=False,
-                     methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"])

@@ -1,7 +1,8 @@
 """/v1/responses: OpenAI's Responses API (docs/protocol.md, "OpenAI Responses HTTP"). Thin:
 parse, continue a stored conversation, start, hand the session to SessionResponse (or, in
 the background, to a Run); GET, DELETE, input_items and cancel read the runs and the store.
-Every error has OpenAI's shape; the API key is checked before any route (RequireKey).
+Every error has OpenAI's shape, unknown paths and wrong methods too (the door's
+catch-all, doors.py); the API key is checked before any route (RequireKey).
 
 The handlers read and validate the body themselves (FastAPI would answer 422 in its own
 shape); the request model is documented in /docs through `openapi_extra`. The router's
@@ -10,7 +11,6 @@ lifespan opens the door's state (the store, lazily) and closes it at shutdown.""
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,15 +21,15 @@ from starlette.requests import ClientDisconnect
 
 from ...config import responses_db_path
 from ...errors import TokenpipeError
-from ...protocol.openai.errors import OpenAIError
+from ...protocol.openai.errors import bad_body
 from ...protocol.openai.responses import ErrorResponse
-from ...protocol.openai.schema import inline_schema
+from ...protocol.openai.schema import error_responses, inline_schema
 from ...protocol.responses.errors import bad, not_found, request_error
 from ...protocol.responses.events import OPENING, last_number
 from ...protocol.responses.objects import ResponseShape, input_items
 from ...protocol.responses.requests import ResponsesRequest
 from ...protocol.responses.tools import check_outputs
-from ..runtime import Runtime
+from ..requests import json_body, runtime_of
 from .item_runs import ItemsRun, replay_items
 from .items_response import ItemsResponse
 from .runs import Pending, ResponsesState, Run, message_of, replay, turn
@@ -65,9 +65,7 @@ _ERROR_TEXTS: dict[int | str, str] = {
     503: "The model is not loaded (yet), or the server is shutting down",
     "4XX": "Any other client error (never FastAPI's 422: validation answers 400)",
 }
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorResponse, "description": text}
-    for status, text in _ERROR_TEXTS.items()}
+_ERRORS = error_responses(ErrorResponse, _ERROR_TEXTS)
 _SSE = {"text/event-stream": {"itemSchema": {
     "type": "object", "required": ["data"],
     "properties": {"event": {"type": "string", "description": "the data's `type`"},
@@ -94,9 +92,9 @@ _BODY = {"requestBody": {"required": True, "content": {
     **_ERRORS}, operation_id="create_response")
 async def create_response(request: Request) -> Response:
     """A response from the model: whole, streamed, or in the background."""
-    runtime, state = _runtime(request), _state(request)
+    runtime, state = runtime_of(request), _state(request)
     try:
-        body = ResponsesRequest.model_validate(await _json(request))
+        body = ResponsesRequest.model_validate(await json_body(request, bad_body))
         conversation = await _previous(state, body.previous_response_id)
         history = tuple(message_of(entry) for entry in conversation)
         generation = body.to_request(history)
@@ -240,28 +238,6 @@ async def list_input_items(response_id: str, request: Request) -> Response:
                          "has_more": len(items) > limit})
 
 
-_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"]
-_ALLOWED = {"": ("POST",), "/{response_id}": ("GET", "DELETE"),
-            "/{response_id}/cancel": ("POST",), "/{response_id}/input_items": ("GET",)}
-
-
-async def _wrong_method(request: Request) -> Response:
-    """A known path asked with a method it lacks: 405 in OpenAI's shape, with Allow (the
-    OpenAI door's catch-all would call it an unknown URL)."""
-    route = request.scope["route"].path.removeprefix("/v1/responses")
-    allowed = ", ".join(_ALLOWED[route])
-    response = error_response(OpenAIError(
-        f"Method {request.method} not allowed on {request.url.path}; use {allowed}",
-        param=None, openai_code=None, status=405))
-    response.headers["Allow"] = allowed
-    return response
-
-
-for _path, _allowed in _ALLOWED.items():
-    router.add_api_route(_path, _wrong_method, include_in_schema=False,
-                         methods=[m for m in _METHODS if m not in _allowed])
-
-
 async def _previous(state: ResponsesState, response_id: str | None) -> list[list[str]]:
     """The conversation a previous response continues (its input and output after its own
     history); [] without one."""
@@ -321,31 +297,7 @@ def _no_include(request: Request) -> None:
 
 
 def _ping(request: Request) -> float | None:
-    return _runtime(request).settings.sse_ping_interval_s or None
-
-
-async def _json(request: Request) -> Any:
-    """The body as JSON, whatever its content type says; OpenAIError when it is not."""
-    raw = await request.body()
-    if not raw:
-        raise OpenAIError("The request body is empty: send a JSON object.", param=None,
-                          openai_code=None)
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise OpenAIError(f"We could not parse the JSON body of your request: {exc.msg}",
-                          param=None, openai_code=None) from None
-    except RecursionError:
-        raise OpenAIError("We could not parse the JSON body of your request: it is nested "
-                          "too deeply", param=None, openai_code=None) from None
-    except ValueError as exc:  # an integer over Python's digit limit, bytes not UTF-8
-        raise OpenAIError(f"We could not parse the JSON body of your request: {exc}",
-                          param=None, openai_code=None) from None
-
-
-def _runtime(request: Request) -> Runtime:
-    runtime: Runtime = request.app.state.runtime
-    return runtime
+    return runtime_of(request).settings.sse_ping_interval_s or None
 
 
 def _state(request: Request) -> ResponsesState:

@@ -84,16 +84,14 @@ class JsonConnection:
         self.runtime.connections.add(self)
         log.debug("tokenpipe.v1 connection: frames %s", "written directly" if self.sink.direct
                   else "through the ASGI send")
-        proto = self.sink.proto
-        if hasattr(proto, "frame_gate"):  # control frames (pings) count in the budget too
-            proto.frame_gate = self._admit
-            proto.stall_timeout_s = self.settings.slow_client_timeout_s + 2  # after ours
-            proto.on_backed_up = self.out.wake.set  # the writer times the stall
+        # control frames (pings) count in the budget too; the protocol's stall bound comes
+        # after ours; the writer times the stall however the buffer filled
+        self.sink.gate(self._admit, self.settings.slow_client_timeout_s + 2,
+                       self.out.wake.set)
         try:
             await race(self._reader(), self._writer(), self._until_evicted())
         finally:
-            if hasattr(proto, "frame_gate"):
-                proto.frame_gate = proto.on_backed_up = None
+            self.sink.ungate()
             self.runtime.connections.discard(self)
             for stream_id, stream in list(self.streams.items()):
                 self._release(stream_id, stream, connection_lost=True)
@@ -121,8 +119,8 @@ class JsonConnection:
         """Sends the close frame, waiting at most `wait_s` (it queues behind whatever the
         client has not read); `hard`: the socket goes within `wait_s` more, answered or not;
         `deaf`: nothing more is read (a flood's backlog is not parsed to find a reply)."""
-        if deaf and hasattr(self.sink.proto, "stop_reading"):
-            self.sink.proto.stop_reading()
+        if deaf:
+            self.sink.stop_reading()
         try:
             async with asyncio.timeout(wait_s):
                 await self.ws.close(code=code, reason=reason)
@@ -206,8 +204,7 @@ class JsonConnection:
         verdict = self.budget.take()
         if verdict is Verdict.PASS:
             return True
-        if hasattr(self.sink.proto, "hold_reading"):  # the rest of the flood waits in TCP
-            self.sink.proto.hold_reading(self.budget.hold_s())
+        self.sink.hold_reading(self.budget.hold_s())  # the rest of the flood waits in TCP
         if verdict is Verdict.NOTIFY:
             self.send(wire.error("rate_limited", self.budget.notice(),
                                  retry_after_ms=self.budget.retry_after_ms()))

@@ -3,6 +3,7 @@ tokenpipe.v1 (connection.py) when offered, else the article's plain-text mode (p
 
 from __future__ import annotations
 
+from fastapi.routing import APIWebSocketRoute
 from starlette.websockets import WebSocket
 
 from ...protocol import ws as wire
@@ -10,6 +11,11 @@ from ..runtime import Runtime
 from ..security import check_handshake
 from .connection import JsonConnection
 from .plain import PlainConnection
+
+
+def routes() -> list[APIWebSocketRoute]:
+    """The WebSocket door's one route (doors.py)."""
+    return [APIWebSocketRoute("/ws", websocket_endpoint)]
 
 
 async def websocket_endpoint(websocket: WebSocket) -> None:

@@ -22,10 +22,11 @@ from tokenpipe.errors import (
     Unauthorized,
     UnknownModel,
 )
-from tokenpipe.protocol.anthropic.errors import covers, error_body, status_of
+from tokenpipe.protocol.anthropic.errors import error_body, status_of
 from tokenpipe.protocol.anthropic.events import MessageRender, usage_json
 from tokenpipe.scheduler import Scheduler
 from tokenpipe.server.anthropic.session_response import SessionResponse, error_response
+from tokenpipe.server.doors import ANTHROPIC
 from tokenpipe.session import Delta, Finished
 from tokenpipe.types import (
     FinishReason,
@@ -72,9 +73,9 @@ def test_full_queue_answers_529_with_retry_after() -> None:
 
 
 def test_paths_in_anthropics_shape() -> None:
-    assert covers("/v1/messages") and covers("/v1/messages/count_tokens")
-    assert covers("/v1/messages?beta=true")
-    assert not covers("/v1/messagesX") and not covers("/v1/chat/completions")
+    assert ANTHROPIC.owns("/v1/messages") and ANTHROPIC.owns("/v1/messages/count_tokens")
+    assert not ANTHROPIC.owns("/v1/messagesX")
+    assert not ANTHROPIC.owns("/v1/chat/completions")
 
 
 def test_usage_follows_anthropics_meaning() -> None:

@@ -11,7 +11,6 @@ from pydantic import ValidationError
 from tokenpipe.errors import (
     ContextOverflow,
     EngineError,
-    MaxTokensAboveLimit,
     Overloaded,
     UnknownModel,
 )
@@ -219,8 +218,8 @@ def test_tokenpipe_errors_in_ollamas_words_and_statuses() -> None:
     assert status_of(full) == 503  # Ollama's "server busy", not 429
     assert status_of(EngineError("boom")) == 500 and error_body(EngineError("boom")) == {
         "error": "boom"}
-    over = MaxTokensAboveLimit("max_tokens (9000) exceeds the context of 8192 tokens: "
-                               "limits.max_tokens is 8191", param="max_tokens")
+    over = ContextOverflow("max_tokens (9000) exceeds the context of 8192 tokens: "
+                           "limits.max_tokens is 8191", param="max_tokens")
     assert error_body(over) == {"error": "num_predict (9000) exceeds the context of 8192 "
                                          "tokens: at most 8191"}
     prompt = ContextOverflow("the prompt has 9000 tokens", param="messages")

@@ -17,15 +17,17 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from ..config import Settings
-from .connection_caps import ConnectionCaps
-from .http_limits import HttpLimits, refusal
-from .log_throttle import ThrottledLog
-from .security import HostPolicy, host_policy
+from ...config import Settings
+from ..connection_caps import ConnectionCaps
+from ..doors import DOORS, Door
+from ..http_limits import HttpLimits, refusal
+from ..log_throttle import ThrottledLog
+from ..security import HostPolicy, host_policy
 
 log = logging.getLogger("tokenpipe.server")
 # After a refusal the rest of the request is read and dropped for a while (lingering close,
@@ -40,6 +42,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     caps: ClassVar[ConnectionCaps]
     hosts: ClassVar[HostPolicy]
     refusals: ClassVar[ThrottledLog]
+    doors: ClassVar[Sequence[Door]]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -208,7 +211,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             return
         if can_answer:
             self.transport.write(refusal(status, message, self.url,
-                                         self.server_state.default_headers, retry_after_s))
+                                         self.server_state.default_headers, retry_after_s,
+                                         self.doors))
         if status == 503 or not self.transport.can_write_eof():  # 503: free the descriptor now
             self.transport.close()
             return
@@ -252,8 +256,10 @@ def _releasing(base: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
     return Releasing
 
 
-def guarded_http(settings: Settings, caps: ConnectionCaps) -> type[GuardedHttpProtocol]:
-    """The protocol class for uvicorn's `http=`, bound to these settings and caps."""
+def guarded_http(settings: Settings, caps: ConnectionCaps,
+                 doors: Sequence[Door] = DOORS) -> type[GuardedHttpProtocol]:
+    """The protocol class for uvicorn's `http=`, bound to these settings, caps and doors
+    (whose shapes its refusals take)."""
 
     class Guarded(GuardedHttpProtocol):
         limits = HttpLimits.of(settings)
@@ -261,4 +267,5 @@ def guarded_http(settings: Settings, caps: ConnectionCaps) -> type[GuardedHttpPr
         refusals = ThrottledLog(log)
 
     Guarded.caps = caps
+    Guarded.doors = doors
     return Guarded
