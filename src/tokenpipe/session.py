@@ -4,9 +4,10 @@ The scheduler runs the engine and writes into the session; every door reads it t
 way, through a Cursor (`await cursor.next()`, `async for event in cursor`, or `poll()`
 from a loop callback). A resumable session may have several readers, each from its own
 seq (a resume, a background response's followers); who reads it for whom is the resume
-store's record (server/resumable.py). Text is kept as pending pieces until a reader takes them: a reader that keeps up
-gets one delta per piece the engine produced, a reader whose socket is backed up gets the
-pieces merged into one delta, and `seq` stays contiguous either way. A resumable session
+store's record (server/resumable.py). Text is kept as pending pieces until a reader takes
+them: a reader that keeps up gets one delta per piece the engine produced, a reader whose
+socket is backed up gets the pieces merged into one delta, and `seq` stays contiguous
+either way. A resumable session
 keeps every delta it has sealed so a new reader can replay from any seq; a session nobody
 can resume lets each delta go once read, so it has one reader. The session holds no
 door's state.

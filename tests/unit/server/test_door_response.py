@@ -7,14 +7,14 @@ and the client leaving cancels the generation."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, ClassVar
 
 from starlette.responses import PlainTextResponse, Response
 
 from tests.unit.protocol.test_openai import Asgi
 from tokenpipe.engines.base import PreparedRequest
 from tokenpipe.errors import EngineError, TokenpipeError
-from tokenpipe.server.door_response import DoorResponse, HeadFirst
+from tokenpipe.server.door_response import DoorResponse, Headers, HeadFirst
 from tokenpipe.session import Delta, Event, Failed, Finished, GenerationSession
 from tokenpipe.types import FinishReason, GenerationRequest
 
@@ -23,7 +23,7 @@ class Door(DoorResponse):
     """A door as small as one can be: `<` opens, each delta is its text, `>` closes."""
 
     progress = True
-    stream_headers = [(b"content-type", b"text/test")]
+    stream_headers: ClassVar[Headers] = [(b"content-type", b"text/test")]
 
     def _opening(self, event: Event) -> bytes:
         return b"<"
@@ -126,14 +126,14 @@ async def test_a_queue_place_and_prefill_progress_are_said_aside_and_commit_the_
 async def test_an_idle_stream_hears_a_ping_every_ping_s() -> None:
     s, _ = session()
     asgi = Asgi()
+    two_pings = asyncio.Event()  # status, "<a", then two pings
+    asgi.on_send = lambda _: len(asgi.sent) >= 4 and two_pings.set()
     task = start(Door(s, stream=True, ping_s=0.05), asgi)
     s.mark_started(1)
     s.add_text("a", 1)
     await turn()
     said = asyncio.get_running_loop().time()
-    async with asyncio.timeout(2):
-        while len(asgi.sent) < 4:  # status, "<a", then two pings
-            await asyncio.sleep(0.01)
+    await asyncio.wait_for(two_pings.wait(), 2)
     first_ping = asgi.sent[2][0]
     assert [m["body"] for _, m in asgi.sent[2:4]] == [b": ping\n\n"] * 2
     assert first_ping - said >= 0.04 and asgi.sent[3][0] - first_ping >= 0.04

@@ -3,11 +3,11 @@
 
 The response races the session's events against the client's disconnect (race.py), so a
 generation whose client left is cancelled at once. Headers wait for the first line: a
-failure before it is a proper status with Ollama's `{"error": ...}` body; after it, a last line `{"error": ...}`, as Ollama sends it. NDJSON
-has no comment lines, so a request waiting for its place (or for its model to load), and a
-long prompt's prefill, hear ordinary lines with no text and tokenpipe's own field
-(`queue_position`, `loading_model`, `prefill`: docs/protocol.md), which Ollama's clients
-ignore.
+failure before it is a proper status with Ollama's `{"error": ...}` body; after it, a last
+line `{"error": ...}`, as Ollama sends it. NDJSON has no comment lines, so a request
+waiting for its place (or for its model to load), and a long prompt's prefill, hear
+ordinary lines with no text and tokenpipe's own field (`queue_position`, `loading_model`,
+`prefill`: docs/protocol.md), which Ollama's clients ignore.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.responses import Response
 from starlette.types import Send
@@ -151,13 +152,13 @@ class ResumableResponse(DoorResponse):
         else:
             cursor.close()
 
-    async def _events(self, cursor: Cursor, out: list[bytes]) -> list[Event]:
+    async def _events(self, cursor: Reading, out: list[bytes]) -> list[Any]:
         batch = await super()._events(cursor, out)
         if self._moved:
             raise _Moved
         return batch
 
-    async def _stream(self, cursor: Cursor, send: Send) -> None:
+    async def _stream(self, cursor: Reading, send: Send) -> None:
         try:
             await super()._stream(cursor, send)
         except _Moved:
@@ -196,5 +197,5 @@ class ResumableResponse(DoorResponse):
     def error_response(self, exc: TokenpipeError) -> Response:
         return error_response(exc)
 
-    async def _whole(self, cursor: Cursor, send: Send) -> None:
+    async def _whole(self, cursor: Reading, send: Send) -> None:
         raise AssertionError("a resumable answer is always streamed")

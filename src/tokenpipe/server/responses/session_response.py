@@ -59,7 +59,7 @@ class SessionResponse(DoorResponse):
         super().__init__(session, stream=stream, ping_s=ping_s)
         self.answer = answer
         self.keep = keep
-        self._delta = answer.feed  # type: ignore[method-assign]  # the hot path: no hop
+        self._delta = answer.feed  # type: ignore[method-assign,assignment]  # hot path: no hop
 
     async def _end_of(self, end: Finished | Failed) -> dict[str, Any]:
         final = self.answer.final(end)
@@ -97,7 +97,7 @@ class BackgroundResponse(DoorResponse):
         super().__init__(run.session, stream=True, ping_s=ping_s)
         self.run, self.streams = run, streams
         self.answer = run.answer(after)
-        self._delta = self.answer.feed  # type: ignore[method-assign]
+        self._delta = self.answer.feed  # type: ignore[method-assign,assignment]
 
     def _reader(self) -> Reading:
         token = self.session.stream_token
