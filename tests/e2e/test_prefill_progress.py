@@ -212,9 +212,9 @@ def test_ollama_ndjson_says_the_prefill_in_lines_its_clients_ignore(
     assert [(p["prefill"]["done"], p["prefill"]["total"]) for p in said] == [
         (min(d, total), total) for d in range(512, total + 512, 512)]
 
-    client = ollama.Client(host=fake_server.url)
-    chat = list(client.chat(model="fake", messages=[{"role": "user", "content": FAKE_LONG}],
-                            stream=True))
+    with ollama.Client(host=fake_server.url) as client:
+        chat = list(client.chat(model="fake", stream=True,
+                                messages=[{"role": "user", "content": FAKE_LONG}]))
+        generated = list(client.generate(model="fake", prompt=FAKE_LONG, stream=True))
     assert "".join(part.message.content or "" for part in chat) == ANSWER and chat[-1].done
-    generated = list(client.generate(model="fake", prompt=FAKE_LONG, stream=True))
     assert "".join(part.response or "" for part in generated) == ANSWER
