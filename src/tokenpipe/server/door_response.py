@@ -19,6 +19,7 @@ timer, when it fires early, re-arms itself for the rest (no timer per token)."""
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar, Protocol
 
@@ -34,6 +35,24 @@ from .race import http_disconnect, race
 PING_INTERVAL_S = 15.0  # default of Settings.sse_ping_interval_s
 Headers = list[tuple[bytes, bytes]]
 _ASIDE = (Queued, Progress)  # what an SSE stream says in a comment, not in the door's shape
+
+
+def stream_headers(content_type: bytes) -> Headers:
+    """A streamed answer's headers: its type, never cached, and each chunk passed on by
+    a proxy at once (nginx: `X-Accel-Buffering: no`)."""
+    return [(b"content-type", content_type), (b"cache-control", b"no-store"),
+            (b"x-accel-buffering", b"no")]
+
+
+def retry_headers(exc: TokenpipeError, *, ms: bool = True) -> dict[str, str]:
+    """`Retry-After` in whole seconds (at least 1) when `exc` has a retry time, and with
+    `ms` `retry-after-ms` too (the OpenAI and Anthropic SDKs honour it)."""
+    if exc.retry_after_ms is None:
+        return {}
+    headers = {"retry-after": str(max(1, math.ceil(exc.retry_after_ms / 1000)))}
+    if ms:
+        headers["retry-after-ms"] = str(exc.retry_after_ms)
+    return headers
 
 
 class Reading(Protocol):

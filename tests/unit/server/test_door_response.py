@@ -14,7 +14,7 @@ from starlette.responses import PlainTextResponse, Response
 from tests.unit.protocol.test_openai import Asgi
 from tokenpipe.engines.base import PreparedRequest
 from tokenpipe.errors import EngineError, TokenpipeError
-from tokenpipe.server.door_response import DoorResponse, Headers, HeadFirst
+from tokenpipe.server.door_response import DoorResponse, Headers, HeadFirst, retry_headers
 from tokenpipe.session import Delta, Event, Failed, Finished, GenerationSession
 from tokenpipe.types import FinishReason, GenerationRequest
 
@@ -204,3 +204,11 @@ async def test_head_first_sends_the_status_once() -> None:
     assert await head.write(asgi.send, [b"a", b"b"], True) is True
     assert [m["type"] for _, m in asgi.sent] == ["http.response.start", "http.response.body"]
     assert asgi.body == b"ab"
+
+
+def test_retry_after_is_whole_seconds_at_least_one_and_in_ms_for_the_sdks() -> None:
+    busy = TokenpipeError("busy", retry_after_ms=1500)
+    assert retry_headers(busy) == {"retry-after": "2", "retry-after-ms": "1500"}
+    assert retry_headers(busy, ms=False) == {"retry-after": "2"}  # Ollama's
+    assert retry_headers(TokenpipeError("soon", retry_after_ms=10))["retry-after"] == "1"
+    assert retry_headers(TokenpipeError("no time")) == {}

@@ -12,7 +12,6 @@ ordinary lines with no text and tokenpipe's own field (`queue_position`, `loadin
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from starlette.responses import JSONResponse, Response
@@ -21,22 +20,16 @@ from ...errors import TokenpipeError
 from ...protocol.ollama.errors import error_body, status_of
 from ...protocol.ollama.responses import Answer, call_json, line, timestamp
 from ...session import Delta, Failed, Finished, GenerationSession, Progress, Queued
-from ..door_response import DoorResponse, Reading
+from ..door_response import DoorResponse, Reading, retry_headers, stream_headers
 
-NDJSON_HEADERS = [
-    (b"content-type", b"application/x-ndjson"),
-    (b"cache-control", b"no-store"),
-    (b"x-accel-buffering", b"no"),  # nginx: pass each line on at once
-]
+NDJSON_HEADERS = stream_headers(b"application/x-ndjson")
 JSON_TYPE = "application/json; charset=utf-8"  # Ollama's, for an answer not streamed
 
 
 def error_response(exc: TokenpipeError, model: str | None = None) -> Response:
     """`exc` as Ollama's error JSON with this door's status (Retry-After when it has one)."""
-    headers = {}
-    if exc.retry_after_ms is not None:
-        headers["retry-after"] = str(max(1, math.ceil(exc.retry_after_ms / 1000)))
-    return JSONResponse(error_body(exc, model), status_code=status_of(exc), headers=headers)
+    return JSONResponse(error_body(exc, model), status_code=status_of(exc),
+                        headers=retry_headers(exc, ms=False))
 
 
 class NdjsonResponse(DoorResponse):

@@ -13,7 +13,6 @@ stream's client leaving stops only that stream: the generation runs on.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -25,25 +24,17 @@ from ...protocol.responses.answers import Answer
 from ...protocol.responses.errors import http_body
 from ...protocol.responses.events import failure_event
 from ...session import Delta, Event, Failed, Finished, GenerationSession
-from ..door_response import DoorResponse, Reading
+from ..door_response import DoorResponse, Reading, retry_headers, stream_headers
 from ..resumable import ResumeStore
 from .runs import Run
 
-SSE_HEADERS = [
-    (b"content-type", b"text/event-stream; charset=utf-8"),
-    (b"cache-control", b"no-store"),
-    (b"x-accel-buffering", b"no"),  # nginx: pass each event on at once
-]
+SSE_HEADERS = stream_headers(b"text/event-stream; charset=utf-8")
 Keep = Callable[[dict[str, Any], str], Awaitable[None]]  # stores (final response, text)
 
 
 def error_response(exc: TokenpipeError) -> Response:
     """`exc` as OpenAI's error JSON with its status (and Retry-After when it has one)."""
-    headers = {}
-    if exc.retry_after_ms is not None:
-        headers["retry-after"] = str(max(1, math.ceil(exc.retry_after_ms / 1000)))
-        headers["retry-after-ms"] = str(exc.retry_after_ms)  # the OpenAI SDKs honour it
-    return JSONResponse(http_body(exc), status_code=exc.status, headers=headers)
+    return JSONResponse(http_body(exc), status_code=exc.status, headers=retry_headers(exc))
 
 
 class SessionResponse(DoorResponse):
