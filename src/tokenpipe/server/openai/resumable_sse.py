@@ -142,6 +142,8 @@ class ResumableResponse(DoorResponse):
         session = self.session
         assert session.stream_token is not None
         after = max(-1, min(self.last - 1, session.next_seq - 1))  # delta s has id s + 1
+        if self.streams.get(session.stream_token) is None:  # its grace ended since the GET
+            self.streams.keep(self.held)  # (it was cancelled): this reader reads its end
         self._cursor = self.streams.take_over(session.stream_token, after, self,
                                               progress=True)
         return self._cursor
