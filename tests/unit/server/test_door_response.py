@@ -62,6 +62,17 @@ async def turn() -> None:
         await asyncio.sleep(0)
 
 
+async def said_a(asgi: Asgi, ping_s: float = 15.0
+                 ) -> tuple[GenerationSession, list[str], asyncio.Task[None]]:
+    """A streamed answer whose first delta, "a", is out: its session, cancels, task."""
+    s, cancels = session()
+    task = start(Door(s, stream=True, ping_s=ping_s), asgi)
+    s.mark_started(1)
+    s.add_text("a", 1)
+    await turn()
+    return s, cancels, task
+
+
 async def test_the_status_waits_for_the_first_bytes_and_each_batch_is_one_write() -> None:
     s, cancels = session()
     asgi = Asgi()
@@ -95,12 +106,8 @@ async def test_a_failure_before_the_first_byte_is_the_doors_error_status() -> No
 
 
 async def test_a_failure_after_the_first_byte_ends_the_stream_in_band() -> None:
-    s, _ = session()
     asgi = Asgi()
-    task = start(Door(s, stream=True), asgi)
-    s.mark_started(1)
-    s.add_text("a", 1)
-    await turn()
+    s, _, task = await said_a(asgi)
     s.fail(EngineError("the engine broke"))
     await asyncio.wait_for(task, 1)
     assert asgi.start["status"] == 200 and asgi.body == b"<a!"
@@ -124,14 +131,10 @@ async def test_a_queue_place_and_prefill_progress_are_said_aside_and_commit_the_
 
 
 async def test_an_idle_stream_hears_a_ping_every_ping_s() -> None:
-    s, _ = session()
     asgi = Asgi()
     two_pings = asyncio.Event()  # status, "<a", then two pings
     asgi.on_send = lambda _: len(asgi.sent) >= 4 and two_pings.set()
-    task = start(Door(s, stream=True, ping_s=0.05), asgi)
-    s.mark_started(1)
-    s.add_text("a", 1)
-    await turn()
+    s, _, task = await said_a(asgi, ping_s=0.05)
     said = asyncio.get_running_loop().time()
     await asyncio.wait_for(two_pings.wait(), 2)
     first_ping = asgi.sent[2][0]
@@ -143,12 +146,8 @@ async def test_an_idle_stream_hears_a_ping_every_ping_s() -> None:
 
 
 async def test_the_client_leaving_cancels_the_generation_at_once() -> None:
-    s, cancels = session()
     asgi = Asgi()
-    task = start(Door(s, stream=True), asgi)
-    s.mark_started(1)
-    s.add_text("a", 1)
-    await turn()
+    _, cancels, task = await said_a(asgi)
     asgi.disconnect()
     await asyncio.wait_for(task, 1)
     assert cancels == ["cancel"]
