@@ -1,13 +1,16 @@
 """GenerationSession: one generation, transport-neutral.
 
 The scheduler runs the engine and writes into the session; every door reads it the same
-way, through one Cursor (`await cursor.next()`, `async for event in cursor`, or `poll()`
-from a loop callback); one cursor at a time is the session's reader (a resume hands it
-over). Text is kept as pending pieces until a reader takes them: a reader that keeps up
-gets one delta per piece the engine produced, a reader whose socket is backed up gets the
-pieces merged into one delta, and `seq` stays contiguous either way. A resumable session
-keeps every delta it has sealed so a new reader can replay from any seq. The session holds
-no door's state: who reads it, under which id, is the door's own record.
+way, through a Cursor (`await cursor.next()`, `async for event in cursor`, or `poll()`
+from a loop callback). A resumable session may have several readers, each from its own
+seq (a resume, a background response's followers); who reads it for whom is the resume
+store's record (server/resumable.py). Text is kept as pending pieces until a reader takes
+them: a reader that keeps up gets one delta per piece the engine produced, a reader whose
+socket is backed up gets the pieces merged into one delta, and `seq` stays contiguous
+either way. A resumable session
+keeps every delta it has sealed so a new reader can replay from any seq; a session nobody
+can resume lets each delta go once read, so it has one reader. The session holds no
+door's state.
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ class GenerationSession:
         self._base = 0
         self._pending: list[str | Part] = []
         self._parts = False  # a Part was ever added (else pending is all content strings)
-        self._reader: Cursor | None = None  # the one cursor told of news
+        self._readers: list[Cursor] = []  # the cursors told of news
         self._cancel: Callable[[], object] | None = None
         self.done = asyncio.Event()
 
@@ -153,13 +156,14 @@ class GenerationSession:
 
     def cursor(self, after_seq: int = -1, on_news: Callable[[], None] | None = None, *,
                progress: bool = False) -> Cursor:
-        """The session's reader from `after_seq` on (the previous reader is told nothing
-        more); `on_news` is called, on the loop, whenever there is something to take;
-        `progress`: it is told of a long prompt's prefill (Progress) before the first delta.
-        ValueError as check_after() says."""
+        """A reader from `after_seq` on, beside any others (only a resumable session keeps
+        what one reader took for the next); `on_news` is called, on the loop, whenever
+        there is something to take; `progress`: it is told of a long prompt's prefill
+        (Progress) before the first delta. ValueError as check_after() says."""
         self.check_after(after_seq)
-        self._reader = Cursor(self, after_seq, on_news, progress)
-        return self._reader
+        cursor = Cursor(self, after_seq, on_news, progress)
+        self._readers.append(cursor)
+        return cursor
 
     def check_after(self, after_seq: int) -> None:
         """ValueError when a reader cannot start after `after_seq`: it is no longer kept,
@@ -177,8 +181,8 @@ class GenerationSession:
 
     def detach(self, cursor: Cursor) -> None:
         """`cursor` stops being told of news (its reader went away)."""
-        if self._reader is cursor:
-            self._reader = None
+        if cursor in self._readers:
+            self._readers.remove(cursor)
 
     def usage(self) -> Usage:
         return Usage(self.prompt_tokens or 0, self.completion_tokens, self.cached_tokens,
@@ -189,7 +193,7 @@ class GenerationSession:
         return self._base + len(self._sealed)
 
     # ---- used by the cursor -------------------------------------------------------------
-    def take_deltas(self, after_seq: int, merge: bool) -> list[Delta]:
+    def _take_deltas(self, after_seq: int, merge: bool) -> list[Delta]:
         """Pending text becomes deltas (one per piece, or with `merge` one for all of it);
         returns every delta after `after_seq`. They count as sent: a session nobody can
         resume lets them go."""
@@ -239,8 +243,8 @@ class GenerationSession:
         self._notify()
 
     def _notify(self) -> None:
-        if self._reader is not None:
-            self._reader.news()
+        for reader in self._readers:
+            reader.news()
 
 
 def _delta(seq: int, piece: str | Part) -> Delta:
@@ -331,7 +335,7 @@ class Cursor:
                 s.progress.done > self._sent_done):
             self._sent_done = s.progress.done
             out.append(s.progress)
-        out += s.take_deltas(self.after, merge)
+        out += s._take_deltas(self.after, merge)
         self.after = s.next_seq - 1
         if s.final is not None:
             self._sent_final = True

@@ -3,7 +3,8 @@ of more than one chunk reports its tokens processed, on tokenpipe.v1 as `progres
 and on the HTTP doors as `: prefill N/M` SSE comments that the SDKs skip; a short prompt
 sends nothing new; every request metric names the door (`api`). The real bundled model
 (llama.cpp) for what the engine reports and counts; the fake engine's `[[prefill_ms=N]]`
-for what the doors make of it (the SDKs, Anthropic, Responses)."""
+for what the doors make of it (the SDKs, Anthropic, Responses, n choices, resumable SSE,
+Ollama's NDJSON lines with a `prefill` field, which its clients ignore)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 
 import anthropic
 import httpx
+import ollama
 import openai
 import pytest
 import websockets
@@ -179,6 +181,9 @@ def test_sdks_parse_streams_that_carry_prefill_comments(fake_server: ServerProce
 
 @pytest.mark.parametrize(("path", "body", "opening"), [
     ("/v1/completions", {"prompt": FAKE_LONG}, "data: "),
+    ("/v1/completions", {"prompt": FAKE_LONG, "n": 2}, "data: "),  # the prompt's, once
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": FAKE_LONG}],
+                              "resumable": True}, "id: 0"),
     ("/v1/messages", {"max_tokens": 50, "messages": [{"role": "user", "content": FAKE_LONG}]},
      "event: message_start"),
     ("/v1/responses", {"input": FAKE_LONG}, "event: response.created"),
@@ -194,8 +199,22 @@ def test_each_sse_door_says_the_prefill_before_its_first_event(
     assert total > 2 * 512
 
 
-def test_ollama_ndjson_carries_no_progress(fake_server: ServerProcess) -> None:
+def test_ollama_ndjson_says_the_prefill_in_lines_its_clients_ignore(
+        fake_server: ServerProcess) -> None:
     with httpx.stream("POST", fake_server.url + "/api/generate", timeout=60,
                       json={"model": "fake", "prompt": FAKE_LONG}) as r:
         lines = [json.loads(line) for line in r.iter_lines() if line]  # JSON, every line
     assert "".join(line["response"] for line in lines) == ANSWER and lines[-1]["done"]
+    said = [line for line in lines if "prefill" in line]
+    assert said == lines[:len(said)]  # before the first text
+    assert all(line["response"] == "" and line["done"] is False for line in said)
+    total = said[-1]["prefill"]["total"]
+    assert [(p["prefill"]["done"], p["prefill"]["total"]) for p in said] == [
+        (min(d, total), total) for d in range(512, total + 512, 512)]
+
+    with ollama.Client(host=fake_server.url) as client:
+        chat = list(client.chat(model="fake", stream=True,
+                                messages=[{"role": "user", "content": FAKE_LONG}]))
+        generated = list(client.generate(model="fake", prompt=FAKE_LONG, stream=True))
+    assert "".join(part.message.content or "" for part in chat) == ANSWER and chat[-1].done
+    assert "".join(part.response or "" for part in generated) == ANSWER

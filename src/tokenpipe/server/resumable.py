@@ -1,20 +1,28 @@
-"""Resumable streams: kept by their token while a reader has them, and for a grace period
-after it went away; nobody resuming them by then, cancelled. One store for every door that
-resumes: tokenpipe.v1 `resume` and the Chat Completions SSE `GET /v1/streams/TOKEN`, so a
-token from either resumes over the other."""
+"""Resumable streams: one store for every door that resumes (tokenpipe.v1 `resume`,
+`GET /v1/streams/TOKEN`, background Responses `retrieve(stream=True)`), so a token from
+one resumes over another. A stream is kept by its token while it is read, and for a grace
+period after its reader went away (or read it to the end); nobody resuming it by then, it
+is cancelled and forgotten.
+
+`ResumeStore` is the interface the doors use; `LocalResumeStore` keeps the streams in this
+process. Another store (Redis, issue 29) keeps the same records elsewhere: `keep` is where
+the producing replica logs the stream and takes its lease, `take_over` is a range read
+from `after` then a blocking read (a Cursor over the log when the session is not here),
+`orphan` starts the key's expiry, `close` lets the leases go."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from ..session import Cursor, GenerationSession
 
 
 class Reader(Protocol):
-    """Who reads a held session now (a /ws connection, an SSE response)."""
+    """Who reads a held stream for its client now (a /ws connection, an SSE response)."""
 
     def moved(self, session: GenerationSession, new_id: str | None = None) -> None:
         """A resume elsewhere (or under `new_id` on the same /ws connection) took it over."""
@@ -22,18 +30,50 @@ class Reader(Protocol):
 
 @dataclass
 class Held:
-    """A resumable session and who reads it now: the door's own record, not the session's."""
+    """A resumable session and who reads it now: the store's record, not the session's."""
 
     session: GenerationSession
     stream_id: str  # the id its reader calls it by (a resume without one keeps it)
-    reader: Reader | None = None  # the connection reading it now
-    cursor: Cursor | None = None
-    # how the SSE door renders it (chunk id, created, model, usage chunk): set by the
-    # POST that started it, or by the first GET of a v1 token, so every resume renders alike
-    sse: Any = None
+    reader: Reader | None = None  # the one reader a take-over moves
+    cursor: Cursor | None = None  # that reader's cursor
+    # how a door renders it, so every resume renders alike (the SSE door's chunk id,
+    # created, model, usage chunk): set by the request that started it or the first resume;
+    # plain data, so that a shared store can keep it as well
+    sse: object = None
 
 
-class ResumableStreams:
+class ResumeStore(Protocol):
+    """The resumable streams every door shares, by stream token."""
+
+    def keep(self, held: Held) -> None:
+        """A new resumable stream (its session's stream_token is the key)."""
+
+    def get(self, token: str) -> Held | None:
+        """The record of a kept stream; None: unknown, or its grace period ended."""
+
+    def take_over(self, token: str, after: int, reader: Reader | None, *,
+                  stream_id: str | None = None, on_news: Callable[[], None] | None = None,
+                  progress: bool = False) -> Cursor:
+        """A cursor on the stream from the delta after seq `after`. With a `reader` it is
+        the stream's reader from now on: the previous one is told `moved` (with
+        `stream_id` when it is the same reader) and its cursor closed, and a grace period
+        ends; without, it is one more follower (a background response's stream). Checked
+        before anything changes hands: KeyError for an unknown token, ValueError for an
+        `after` that cannot be read (Session.check_after)."""
+        ...
+
+    def orphan(self, session: GenerationSession) -> None:
+        """Its reader went away, or read it to the end: kept for the grace period."""
+
+    def close(self) -> None:
+        """Shutdown: every stream cancelled and forgotten."""
+
+    def __len__(self) -> int: ...
+
+
+class LocalResumeStore:
+    """The streams of this process, in memory (ResumeStore)."""
+
     def __init__(self, grace_s: float) -> None:
         self.grace_s = grace_s
         self._held: dict[str, Held] = {}
@@ -46,16 +86,27 @@ class ResumableStreams:
     def get(self, token: str) -> Held | None:
         return self._held.get(token)
 
-    def adopt(self, token: str) -> Held | None:
-        """A reader takes it over: its grace period, if it was in one, ends."""
-        held = self._held.get(token)
-        if held is not None:
-            self._cancel_grace(token)
-        return held
+    def take_over(self, token: str, after: int, reader: Reader | None, *,
+                  stream_id: str | None = None, on_news: Callable[[], None] | None = None,
+                  progress: bool = False) -> Cursor:
+        held = self._held[token]
+        session = held.session
+        session.check_after(after)
+        cursor = session.cursor(after, on_news, progress=progress)
+        if reader is None:
+            return cursor
+        self._cancel_grace(token)
+        previous, old = held.reader, held.cursor
+        held.reader, held.cursor = reader, cursor
+        if stream_id is not None:
+            held.stream_id = stream_id
+        if old is not None:
+            old.close()
+        if previous is not None:
+            previous.moved(session, stream_id if previous is reader else None)
+        return cursor
 
     def orphan(self, session: GenerationSession) -> None:
-        """Its reader went away (or read it to the end): cancelled and forgotten unless
-        resumed within the grace period."""
         token = session.stream_token
         held = self._held.get(token) if token is not None else None
         if token is None or held is None:

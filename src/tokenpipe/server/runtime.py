@@ -11,7 +11,7 @@ from typing import Any
 from .. import __version__
 from ..config import Settings
 from ..metrics import Metrics
-from .resumable import ResumableStreams
+from .resumable import LocalResumeStore, ResumeStore
 from .sessions import ModelRegistry
 
 SERVER_NAME = f"tokenpipe/{__version__}"
@@ -29,10 +29,10 @@ class Runtime:
     metrics: Metrics = field(default_factory=Metrics)
     connections: set[Any] = field(default_factory=set)  # open /ws connections
     per_client: dict[str, int] = field(default_factory=dict)  # open /ws per client address
-    resumable: ResumableStreams = field(init=False)
+    resumable: ResumeStore = field(init=False)
 
     def __post_init__(self) -> None:
-        self.resumable = ResumableStreams(self.settings.resume_grace_s)
+        self.resumable = LocalResumeStore(self.settings.resume_grace_s)
 
     def limits(self) -> dict[str, int]:
         """The default model's limits, for tokenpipe.v1's hello."""

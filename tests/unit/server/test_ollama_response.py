@@ -1,6 +1,6 @@
 """NdjsonResponse (server/ollama/ndjson_response.py) driven through raw ASGI receive/send
 (STYLE.md item 11): lines as produced, failures before and after the first token, whole
-answers, and the disconnect that cancels."""
+answers, the disconnect that cancels, and the lines a waiting request hears."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 
 from tests.unit.protocol.test_openai import Asgi
+from tokenpipe.engines.base import PreparedRequest
 from tokenpipe.engines.fake import FakeEngine
 from tokenpipe.protocol.ollama.responses import Answer
 from tokenpipe.scheduler import Scheduler
 from tokenpipe.server.ollama.ndjson_response import NdjsonResponse
-from tokenpipe.session import Finished
+from tokenpipe.session import Finished, GenerationSession
 from tokenpipe.types import FinishReason, GenerationRequest, Message, SamplingParams
 
 
@@ -122,3 +123,31 @@ async def test_disconnect_cancels_a_whole_answer_too(scheduler: Scheduler) -> No
     assert isinstance(session.final, Finished)
     assert session.final.reason is FinishReason.CANCELLED
     assert asgi.sent == [] and scheduler.running == 0
+
+
+async def test_waiting_and_prefill_are_lines_with_empty_text_and_a_field_of_their_own(
+) -> None:
+    request = GenerationRequest(messages=(Message("user", "x"),))
+    session = GenerationSession.loading_model("fake:latest")
+    session.bind_cancel(lambda: session.finish(FinishReason.CANCELLED))
+    asgi = Asgi()
+    response = NdjsonResponse(session, Answer("fake:latest", chat=True), stream=True)
+    task = asyncio.ensure_future(response({"type": "http"}, asgi.receive, asgi.send))
+    await asyncio.sleep(0.01)
+    session.attach(PreparedRequest(request, "x", [1] * 1000, 8), "fake:latest")
+    session.set_position(2)
+    await asyncio.sleep(0.01)
+    session.mark_started(1000)
+    session.set_progress(512, 1000)
+    await asyncio.sleep(0.01)
+    session.add_text("hi", 1)
+    session.finish(FinishReason.STOP)
+    await asyncio.wait_for(task, 5)
+    objs = lines(asgi)
+    assert asgi.start["status"] == 200
+    assert [{k: o[k] for k in ("loading_model", "queue_position", "prefill") if k in o}
+            for o in objs[:3]] == [{"loading_model": True}, {"queue_position": 2},
+                                   {"prefill": {"done": 512, "total": 1000}}]
+    assert all(o["message"] == {"role": "assistant", "content": ""} and o["done"] is False
+               for o in objs[:3])
+    assert [o["message"]["content"] for o in objs[3:]] == ["hi", ""] and objs[-1]["done"]

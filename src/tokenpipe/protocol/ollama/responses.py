@@ -102,6 +102,12 @@ class Answer:
         return line({"model": self.model, "created_at": created_at,
                      **self._text("", thinking, calls), "done": False})
 
+    def waiting(self, created_at: str, news: dict[str, Any]) -> bytes:
+        """A line with no text that says how the request waits: tokenpipe's own fields
+        (`news`), which Ollama's clients ignore as they ignore any unknown field."""
+        return line({"model": self.model, "created_at": created_at, **self._text(""),
+                     "done": False, **news})
+
     def done(self, text: str, reason: FinishReason, usage: Usage, timing: Timing,
              thinking: str = "", calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """The last line of a stream (`text` ""), or the whole answer (`text` all of it,

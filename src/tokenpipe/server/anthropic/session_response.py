@@ -14,7 +14,6 @@ event ends the stream. A request waiting for capacity commits to 200 and hears
 from __future__ import annotations
 
 import json
-import math
 
 from starlette.responses import JSONResponse, Response
 
@@ -22,22 +21,15 @@ from ...errors import TokenpipeError
 from ...protocol.anthropic.errors import error_body, status_of
 from ...protocol.anthropic.events import PING, MessageRender
 from ...session import Delta, Event, Failed, Finished, GenerationSession
-from ..door_response import PING_INTERVAL_S, DoorResponse
+from ..door_response import PING_INTERVAL_S, DoorResponse, retry_headers, stream_headers
 
-SSE_HEADERS = [
-    (b"content-type", b"text/event-stream; charset=utf-8"),
-    (b"cache-control", b"no-store"),
-    (b"x-accel-buffering", b"no"),  # nginx: pass each event on at once
-]
+SSE_HEADERS = stream_headers(b"text/event-stream; charset=utf-8")
 
 
 def error_response(exc: TokenpipeError) -> Response:
     """`exc` as Anthropic's error JSON with its status (and Retry-After when it has one)."""
-    headers = {}
-    if exc.retry_after_ms is not None:
-        headers["retry-after"] = str(max(1, math.ceil(exc.retry_after_ms / 1000)))
-        headers["retry-after-ms"] = str(exc.retry_after_ms)  # the anthropic SDK honours it
-    return JSONResponse(error_body(exc), status_code=status_of(exc), headers=headers)
+    return JSONResponse(error_body(exc), status_code=status_of(exc),
+                        headers=retry_headers(exc))
 
 
 class SessionResponse(DoorResponse):

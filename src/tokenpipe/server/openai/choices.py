@@ -7,29 +7,28 @@ is reproducible, and choice i is the answer a request with n=1 and that seed get
 each chunk carries its choice's `index`, and each choice its own `finish_reason`; whole, the
 choices come in index order. `usage` counts the prompt once and sums the completions.
 
-The response races the sessions against the client's leaving, as every door does
-(race.py): a client that goes away cancels every choice at once; a choice that fails ends
-the response (an error status before the first chunk, else an error event) and cancels
-the others.
+The answer is the one stream tail's (DoorResponse) over the sessions' cursors read as one:
+a client that goes away cancels every choice at once; a choice that fails ends the
+response (an error status before the first chunk, else an error event) and cancels the
+others.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Send
 
 from ...errors import TokenpipeError
 from ...protocol import sse
 from ...protocol.openai.errors import error_body
-from ...session import Cursor, Delta, Event, Failed, Finished, GenerationSession, Queued
+from ...session import Delta, Event, Failed, Finished, GenerationSession, Queued
 from ...types import GenerationRequest, Usage
-from ..door_response import PING_INTERVAL_S, HeadFirst, no_receive
-from ..race import http_disconnect, race
+from ..door_response import PING_INTERVAL_S, DoorResponse, Reading, no_receive
 from .session_response import SSE_HEADERS, Shape, error_response
 
 SEED_SPACE = 2**63
@@ -50,116 +49,163 @@ def total_usage(usages: list[Usage]) -> Usage:
                  first.cached_tokens, sum(u.reasoning_tokens for u in usages))
 
 
-class ChoicesResponse(Response):
-    """The ASGI response of n sessions: SSE when `stream`, else one JSON object."""
+class Choice:
+    """In a ChoiceCursors batch: the events after it are choice `index`'s."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+class ChoiceCursors:
+    """The cursors of n sessions read as one: each batch holds every choice's new events,
+    each choice's after a Choice marker. Only choice 0 says the prompt's prefill progress
+    (the prompt is decoded once for all)."""
+
+    def __init__(self, sessions: list[GenerationSession], progress: bool) -> None:
+        self._news = asyncio.Event()
+        self._woken = False
+        self.cursors = [s.cursor(on_news=self._news.set, progress=progress and i == 0)
+                        for i, s in enumerate(sessions)]
+
+    def __aiter__(self) -> AsyncIterator[object]:
+        return self._each()
+
+    async def _each(self) -> AsyncIterator[object]:
+        while batch := await self.next():
+            for event in batch:
+                yield event
+
+    async def next(self) -> list[Event | Choice]:
+        """As Cursor.next: the events not yet taken, waiting for some; [] after wake()."""
+        while True:
+            self._news.clear()  # before polling: news after the poll wakes the wait
+            out: list[Event | Choice] = []
+            for index, cursor in enumerate(self.cursors):
+                if not cursor.finished:
+                    events = cursor.poll()
+                    if events:
+                        out.append(Choice(index))
+                        out += events
+            if out or self.finished:
+                return out
+            if self._woken:
+                self._woken = False
+                return out
+            await self._news.wait()
+
+    def wake(self) -> None:
+        self._woken = True
+        self._news.set()
+
+    def close(self) -> None:
+        for cursor in self.cursors:
+            cursor.close()
+
+    @property
+    def finished(self) -> bool:
+        return all(c.finished for c in self.cursors)
+
+
+class ChoicesResponse(DoorResponse):
+    """The answer of n sessions: SSE when `stream` (each chunk carries its choice's index),
+    else one JSON object."""
+
+    progress = True  # `: prefill N/M` comments (choice 0's)
+    stream_headers = SSE_HEADERS
 
     def __init__(self, sessions: list[GenerationSession], shape: Shape, *, stream: bool,
                  include_usage: bool = False, ping_s: float | None = PING_INTERVAL_S) -> None:
+        super().__init__(sessions[0], stream=stream, ping_s=ping_s)
         self.sessions = sessions
         self.shape = shape
-        self.stream = stream
         self.include_usage = include_usage
-        self.ping_s = ping_s or None
-        self.status_code = 200
-        self.background = None
-        self._news = asyncio.Event()
-        self._scope: Scope = {"type": "http"}
+        self._index = 0  # the choice whose events come now
+        self._begun: set[int] = set()  # the choices whose opening chunk is out
+        self._finals: list[Finished | None] = [None] * len(sessions)
+        self._over = False  # a choice failed: the answer is over, the rest unsaid
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self._scope = scope
-        cursors = [s.cursor(on_news=self._news.set) for s in self.sessions]
-        try:
-            await race(self._run(cursors, send), http_disconnect(receive), settle=False)
-        except OSError:  # the client went away while we wrote
-            pass
-        finally:
-            for cursor, session in zip(cursors, self.sessions, strict=True):
-                cursor.close()
-                session.cancel()  # a no-op once it ended
+    def _reader(self) -> Reading:
+        return ChoiceCursors(self.sessions, self.stream and self.progress)
 
-    async def _next(self, cursors: list[Cursor]) -> list[tuple[int, list[Event]]] | None:
-        """Each choice's new events; None when ping_s passed with none."""
-        while True:
-            self._news.clear()  # before polling: news after the poll wakes the wait
-            polled = [(i, c.poll()) for i, c in enumerate(cursors) if not c.finished]
-            batch = [(i, events) for i, events in polled if events]
-            if batch:
-                return batch
-            try:
-                await asyncio.wait_for(self._news.wait(), self.ping_s)
-            except TimeoutError:
-                return None
+    def _leave(self, cursor: Reading) -> None:
+        cursor.close()
+        for session in self.sessions:
+            session.cancel()  # a no-op once it ended
 
-    async def _run(self, cursors: list[Cursor], send: Send) -> None:
-        shape, stream = self.shape, self.stream
-        answers: list[list[Delta]] = [[] for _ in cursors]
-        finals: list[Finished | None] = [None] * len(cursors)
-        opened: set[int] = set()
-        head = HeadFirst(SSE_HEADERS)
-        while True:
-            batch = await self._next(cursors)
-            out: list[bytes] = []
-            if batch is None:
-                out.append(sse.comment("ping"))
-                batch = []
-            for index, events in batch:
-                for event in events:
-                    if isinstance(event, Failed):
-                        await self._fail(event, send, out, head, stream and bool(opened))
-                        return
-                    if isinstance(event, Queued):
-                        out.append(sse.comment(f"queued position={event.position}"))
-                        continue
-                    if not isinstance(event, Delta | Finished):
-                        continue  # Started
-                    if stream and index not in opened:
-                        opened.add(index)
-                        out.append(shape.opening(index))
-                    if isinstance(event, Delta):
-                        if not stream:
-                            answers[index].append(event)
-                        elif event.channel != "content":
-                            out.append(shape.part(event, index))
-                        elif shape.scored:
-                            out.append(shape.scored_delta(event, index))
-                        else:
-                            out.append(shape.delta(event.text, index))
-                    else:
-                        finals[index] = event
-                        if stream:
-                            out.append(shape.finish(event.reason.value, index))
-            done = all(f is not None for f in finals)
-            if not stream:
-                if done:
-                    await self._whole(answers, finals, send)
-                    return
-                continue
-            if done:
-                if self.include_usage:
-                    out.append(shape.usage(total_usage([f.usage for f in finals if f])))
-                out.append(sse.DONE)
-            if await head.write(send, [b for b in out if b], done):
-                return
+    def _waiting(self, event: Queued) -> bytes:
+        return sse.comment(f"queued position={event.position}")  # (no "loading model")
 
-    async def _whole(self, answers: list[list[Delta]], finals: list[Finished | None],
-                     send: Send) -> None:
-        ended = [f for f in finals if f is not None]
+    def _refusable(self, out: list[bytes]) -> bool:
+        return not (self._begun or self._head.sent)
+
+    def _begin(self, event: object, out: list[bytes]) -> None:
+        if self._over:
+            return
+        if isinstance(event, Choice):  # the next choice's events: its deltas are one chunk
+            self._index = event.index  # each once its opening is out
+            self._opened = event.index in self._begun
+        elif isinstance(event, Delta):
+            self._begun.add(self._index)
+            super()._begin(event, out)
+
+    async def _end(self, end: Finished | Failed, out: list[bytes]) -> bool:
+        if self._over:
+            return True
+        if isinstance(end, Failed):  # one choice failed: the answer ends, the others stop
+            self._over, self._opened = True, False
+            for session in self.sessions:
+                session.cancel()
+            out += (sse.data(error_body(end.error)), sse.DONE)
+            return True
+        if self._index not in self._begun:
+            self._begun.add(self._index)
+            out.append(self.shape.opening(self._index))
+        self._finals[self._index] = end
+        out.append(self.shape.finish(end.reason.value, self._index))
+        if any(f is None for f in self._finals):
+            return False
+        if self.include_usage:
+            out.append(self.shape.usage(total_usage([f.usage for f in self._finals if f])))
+        out.append(sse.DONE)
+        return True
+
+    def _opening(self, event: Event) -> bytes:
+        return self.shape.opening(self._index)
+
+    def _delta(self, event: Delta) -> bytes:
+        shape, index = self.shape, self._index
+        if event.channel != "content":
+            return shape.part(event, index)
+        if shape.scored:
+            return shape.scored_delta(event, index)
+        return shape.delta(event.text, index)
+
+    def error_response(self, exc: TokenpipeError) -> Response:
+        return error_response(exc)
+
+    async def _whole(self, cursor: Reading, send: Send) -> None:
+        answers: list[list[Delta]] = [[] for _ in self.sessions]
+        index = 0
+        while batch := await cursor.next():
+            for event in batch:
+                if isinstance(event, Choice):
+                    index = event.index
+                elif isinstance(event, Delta):
+                    answers[index].append(event)
+                elif isinstance(event, Finished):
+                    self._finals[index] = event
+                elif isinstance(event, Failed):
+                    for session in self.sessions:
+                        session.cancel()
+                    return await self._refuse(event.error, send)
+        finals = [f for f in self._finals if f is not None]
         body = self.shape.whole_of([(deltas, f.reason.value) for deltas, f in
-                                    zip(answers, ended, strict=True)],
-                                   total_usage([f.usage for f in ended]))
+                                    zip(answers, finals, strict=True)],
+                                   total_usage([f.usage for f in finals]))
         response = Response(body.model_dump_json(), media_type="application/json")
         await response(self._scope, no_receive, send)
-
-    async def _fail(self, event: Failed, send: Send, out: list[bytes], head: HeadFirst,
-                    opened: bool) -> None:
-        """One choice failed: the response ends with its error (an error status while no
-        chunk was made, else an error event after the chunks); the others stop."""
-        for session in self.sessions:
-            session.cancel()
-        if not (opened or head.sent):
-            await error_response(event.error)(self._scope, no_receive, send)
-            return
-        await head.write(send, [*out, sse.data(error_body(event.error)), sse.DONE], True)
 
 
 async def start_choices(start: Callable[[GenerationRequest], Awaitable[GenerationSession]],

@@ -1,8 +1,9 @@
 """Resumable Chat Completions / Completions SSE (docs/protocol.md, "Resumable Chat
 Completions"): a streamed request that opts in gets `X-Stream-Token` and an SSE `id:` on
 every event; after a drop, `GET /v1/streams/TOKEN` with `Last-Event-ID: N` sends the
-events after N. The sessions live in the one store tokenpipe.v1's `resume` uses
-(server/resumable.py), so a token from either door resumes over the other.
+events after N. The sessions live in the one resume store (server/resumable.py) and
+are read through its take-over, as tokenpipe.v1's `resume` reads them, so a token from
+either door resumes over the other.
 
 Event ids are a function of the session's kept deltas alone, so every reader numbers them
 alike: the chat opening chunk is 0, the delta of seq s is s + 1, the finish chunk (or the
@@ -14,18 +15,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Send
 
 from ...errors import BadRequest, TokenpipeError
 from ...protocol import sse
 from ...protocol.openai.errors import OpenAIError, error_body
 from ...protocol.openai.render import ChatRender, CompletionRender
-from ...session import Cursor, Delta, Failed, Finished, GenerationSession
-from ..door_response import DoorResponse, HeadFirst
-from ..race import http_disconnect, race
-from ..resumable import Held, ResumableStreams
+from ...session import Cursor, Delta, Event, Failed, Finished, GenerationSession
+from ..door_response import DoorResponse, HeadFirst, Reading
+from ..resumable import Held, ResumeStore
 from .session_response import SSE_HEADERS, error_response
 
 Shape = ChatRender | CompletionRender
@@ -59,7 +60,7 @@ def opted_in(resumable: bool | None, stream: bool, header: str | None) -> bool:
                       param="X-Resumable", openai_code="invalid_value")
 
 
-def started(streams: ResumableStreams, session: GenerationSession, shape: Shape, *,
+def started(streams: ResumeStore, session: GenerationSession, shape: Shape, *,
             include_usage: bool, ping_s: float) -> ResumableResponse:
     """The answer to the POST that started a resumable session: it is kept in the store
     (its v1 id, for a `resume` without one, is the chunk id) and streamed from the start."""
@@ -69,7 +70,7 @@ def started(streams: ResumableStreams, session: GenerationSession, shape: Shape,
     return ResumableResponse(held, streams, origin, last=None, ping_s=ping_s)
 
 
-def resumed(streams: ResumableStreams, token: str, header: str | None, query: str | None,
+def resumed(streams: ResumeStore, token: str, header: str | None, query: str | None,
             ping_s: float) -> Response:
     """The answer to `GET /v1/streams/TOKEN`: the events after Last-Event-ID (the header,
     which a browser's EventSource sends on reconnecting, wins over `?last_event_id=`)."""
@@ -108,18 +109,24 @@ def _last_sent(session: GenerationSession, origin: SseOrigin) -> int:
     return session.next_seq + (2 if usage else 1)
 
 
+class _Moved(Exception):
+    """A resume elsewhere took the stream over while this response waited for events."""
+
+
 class ResumableResponse(DoorResponse):
     """One reader of a held session, as SSE with event ids: the events with id above
     `last` (None: from the start). Its client leaving does not cancel the generation: the
     store's grace period starts. A resume elsewhere takes it over (as v1's does): this
     stream then ends with an error event `code: moved`."""
 
-    def __init__(self, held: Held, streams: ResumableStreams, origin: SseOrigin, *,
+    progress = True  # `: prefill N/M` comments, before the first delta
+
+    def __init__(self, held: Held, streams: ResumeStore, origin: SseOrigin, *,
                  last: int | None, ping_s: float) -> None:
         super().__init__(held.session, stream=True, ping_s=ping_s)
         self.held, self.streams, self.origin = held, streams, origin
         self.last = -1 if last is None else last
-        self.given = self.last >= 0  # the client has seen the opening chunk (id 0)
+        self._opened = self.last >= 0  # the client has seen the opening chunk (id 0)
         self._moved = False
         self._cursor: Cursor | None = None
         token = held.session.stream_token
@@ -131,77 +138,66 @@ class ResumableResponse(DoorResponse):
         if self._cursor is not None:
             self._cursor.wake()
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self._scope = scope
-        held, session = self.held, self.session
+    def _reader(self) -> Cursor:
+        session = self.session
         assert session.stream_token is not None
-        self.streams.adopt(session.stream_token)  # its grace period, if any, ends
-        previous = held.reader
-        if previous is not None and previous is not self:
-            previous.moved(session)
         after = max(-1, min(self.last - 1, session.next_seq - 1))  # delta s has id s + 1
-        cursor = self._cursor = session.cursor(after)
-        held.reader, held.cursor = self, cursor
+        if self.streams.get(session.stream_token) is None:  # its grace ended since the GET
+            self.streams.keep(self.held)  # (it was cancelled): this reader reads its end
+        self._cursor = self.streams.take_over(session.stream_token, after, self,
+                                              progress=True)
+        return self._cursor
+
+    def _leave(self, cursor: Reading) -> None:
+        if self.held.reader is self:
+            self.streams.orphan(self.session)  # kept for the grace period, then cancelled
+        else:
+            cursor.close()
+
+    async def _events(self, cursor: Reading, out: list[bytes]) -> list[Any]:
+        batch = await super()._events(cursor, out)
+        if self._moved:
+            raise _Moved
+        return batch
+
+    async def _stream(self, cursor: Reading, send: Send) -> None:
         try:
-            await race(self._stream(cursor, send), http_disconnect(receive), settle=False)
-        except OSError:  # the client went away while we wrote
-            pass
-        finally:
-            if self._ping is not None:
-                self._ping.cancel()
-            if held.reader is self:
-                self.streams.orphan(session)  # kept for the grace period, then cancelled
-            else:
-                cursor.close()
+            await super()._stream(cursor, send)
+        except _Moved:
+            moved = OpenAIError("A resume of this stream elsewhere took it over.",
+                                param=None, openai_code="moved", status=409)
+            if not self._head.sent:
+                return await self._refuse(moved, send)
+            await self._head.write(send, [sse.data(error_body(moved))], True)
 
-    def _emit(self, out: list[bytes], event_id: int, chunk: bytes) -> None:
-        if chunk and event_id > self.last:
-            out.append(b"id: %d\n" % event_id + chunk)
+    def _emit(self, event_id: int, chunk: bytes) -> bytes:
+        return b"id: %d\n" % event_id + chunk if chunk and event_id > self.last else b""
 
-    async def _stream(self, cursor: Cursor, send: Send) -> None:
-        shape, session = self.origin.shape, self.session
-        opened = self.given
-        while True:
-            out: list[bytes] = []
-            ended = False
-            batch = await self._events(cursor, out)
-            if self._moved:
-                moved = OpenAIError("A resume of this stream elsewhere took it over.",
-                                    param=None, openai_code="moved", status=409)
-                if not self._head.sent:
-                    return await self._refuse(moved, send)
-                await self._head.write(send, [sse.data(error_body(moved))], True)
-                return
-            for event in batch:
-                if isinstance(event, Delta | Finished) and not opened:
-                    opened = True
-                    self._emit(out, 0, shape.opening())
-                if isinstance(event, Delta):
-                    if event.channel != "content":
-                        chunk = shape.part(event)
-                    elif shape.scored:
-                        chunk = shape.scored_delta(event)
-                    else:
-                        chunk = shape.delta(event.text)
-                    self._emit(out, event.seq + 1, chunk)
-                elif isinstance(event, Finished):
-                    end = session.next_seq + 1  # every delta is sealed by now
-                    self._emit(out, end, shape.finish(event.reason.value))
-                    if self.origin.include_usage:
-                        self._emit(out, end + 1, shape.usage(event.usage))
-                    out.append(sse.DONE)
-                    ended = True
-                elif isinstance(event, Failed):
-                    if not (opened or self._head.sent):
-                        return await self._refuse(event.error, send)
-                    self._emit(out, session.next_seq + 1, sse.data(error_body(event.error)))
-                    out.append(sse.DONE)
-                    ended = True
-            if await self._head.write(send, out, ended):
-                return
+    def _opening(self, event: Event) -> bytes:
+        return self._emit(0, self.origin.shape.opening())
+
+    def _delta(self, event: Delta) -> bytes:
+        shape = self.origin.shape
+        if event.channel != "content":
+            chunk = shape.part(event)
+        elif shape.scored:
+            chunk = shape.scored_delta(event)
+        else:
+            chunk = shape.delta(event.text)
+        return self._emit(event.seq + 1, chunk)
+
+    async def _closing(self, end: Finished | Failed) -> bytes:
+        end_id = self.session.next_seq + 1  # every delta is sealed by now
+        if isinstance(end, Failed):
+            return self._emit(end_id, sse.data(error_body(end.error))) + sse.DONE
+        shape = self.origin.shape
+        out = self._emit(end_id, shape.finish(end.reason.value))
+        if self.origin.include_usage:
+            out += self._emit(end_id + 1, shape.usage(end.usage))
+        return out + sse.DONE
 
     def error_response(self, exc: TokenpipeError) -> Response:
         return error_response(exc)
 
-    async def _whole(self, cursor: Cursor, send: Send) -> None:
+    async def _whole(self, cursor: Reading, send: Send) -> None:
         raise AssertionError("a resumable answer is always streamed")

@@ -14,7 +14,6 @@ hears `: queued position=N` comment lines (SSE clients, the OpenAI SDKs too, ski
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 from starlette.responses import JSONResponse, Response
@@ -24,23 +23,16 @@ from ...protocol import sse
 from ...protocol.openai.errors import error_body
 from ...protocol.openai.render import ChatRender, CompletionRender
 from ...session import Delta, Event, Failed, Finished, GenerationSession
-from ..door_response import PING_INTERVAL_S, DoorResponse
+from ..door_response import PING_INTERVAL_S, DoorResponse, retry_headers, stream_headers
 
-SSE_HEADERS = [
-    (b"content-type", b"text/event-stream"),
-    (b"cache-control", b"no-store"),
-    (b"x-accel-buffering", b"no"),  # nginx: pass each event on at once
-]
+SSE_HEADERS = stream_headers(b"text/event-stream")
 Shape = ChatRender | CompletionRender  # the OpenAI objects of one answer
 
 
 def error_response(exc: TokenpipeError, fields: Mapping[str, str] | None = None) -> Response:
     """`exc` as OpenAI's error JSON with its status (and Retry-After when it has one)."""
-    headers = {}
-    if exc.retry_after_ms is not None:
-        headers["retry-after"] = str(max(1, math.ceil(exc.retry_after_ms / 1000)))
-        headers["retry-after-ms"] = str(exc.retry_after_ms)  # the OpenAI SDKs honour it
-    return JSONResponse(error_body(exc, fields), status_code=exc.status, headers=headers)
+    return JSONResponse(error_body(exc, fields), status_code=exc.status,
+                        headers=retry_headers(exc))
 
 
 class SessionResponse(DoorResponse):

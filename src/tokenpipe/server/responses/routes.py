@@ -1,6 +1,7 @@
 """/v1/responses: OpenAI's Responses API (docs/protocol.md, "OpenAI Responses HTTP"). Thin:
 parse, continue a stored conversation, start, hand the session to SessionResponse (or, in
-the background, to a Run); GET, DELETE, input_items and cancel read the runs and the store.
+the background, to a Run that BackgroundResponse streams follow); GET, DELETE,
+input_items and cancel read the runs and the store.
 Every error has OpenAI's shape, unknown paths and wrong methods too (the door's
 catch-all, doors.py); the API key is checked before any route (RequireKey).
 
@@ -24,27 +25,32 @@ from ...errors import TokenpipeError
 from ...protocol.openai.errors import bad_body
 from ...protocol.openai.responses import ErrorResponse
 from ...protocol.openai.schema import error_responses, inline_schema
+from ...protocol.responses.answers import answer_of, replay
 from ...protocol.responses.errors import bad, not_found, request_error
-from ...protocol.responses.events import OPENING, last_number
 from ...protocol.responses.objects import ResponseShape, input_items
 from ...protocol.responses.requests import ResponsesRequest
 from ...protocol.responses.tools import check_outputs
 from ..requests import json_body, runtime_of
-from .item_runs import ItemsRun, replay_items
-from .items_response import ItemsResponse
-from .runs import Pending, ResponsesState, Run, message_of, replay, turn
-from .session_response import EventsResponse, SessionResponse, error_response, once
-from .store import ResponseStore
+from .runs import ResponsesState, Run
+from .session_response import (
+    BackgroundResponse,
+    EventsResponse,
+    SessionResponse,
+    error_response,
+)
+from .store import Pending, ResponseStore, message_of, turn
 
 CANCEL_WAIT_S = 10.0  # cancel: how long to wait for the cancelled response to be stored
 
 
 @contextlib.asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    settings = app.state.runtime.settings
+    runtime = app.state.runtime
+    settings = runtime.settings
     state = ResponsesState(ResponseStore(responses_db_path(settings),
                                          max_age_s=settings.responses_max_age_s,
-                                         max_count=settings.responses_max_count))
+                                         max_count=settings.responses_max_count),
+                           runtime.resumable)
     app.state.responses = state
     try:
         yield
@@ -115,18 +121,17 @@ async def create_response(request: Request) -> Response:
                       [*conversation, *(turn(m) for m in body.turns())])
     ping_s = runtime.settings.sse_ping_interval_s or None
     if body.background:
-        run = (ItemsRun if body.tools else Run)(session, shape, pending, state.store)
+        run = Run(session, shape, bool(body.tools), pending, state.store)
         state.launch(run)
         if body.stream:
-            return EventsResponse(run.follow(-1, ping_s))
+            return BackgroundResponse(run, state.streams, -1, ping_s)
         return JSONResponse(run.snapshot())
 
     async def keep(final: dict[str, Any], text: str) -> None:
         await state.store.put(pending.stored(final, text))
 
-    answer = ItemsResponse if body.tools else SessionResponse  # output items, or one text
-    return answer(session, shape, stream=bool(body.stream),
-                  keep=keep if body.stored else None, ping_s=ping_s or 0)
+    return SessionResponse(session, answer_of(shape, bool(body.tools)), stream=bool(body.stream),
+                           keep=keep if body.stored else None, ping_s=ping_s or 0)
 
 
 @router.get("/{response_id}", responses={200: {
@@ -145,11 +150,8 @@ async def get_response(response_id: str, request: Request) -> Response:
         if run is not None and not run.deleted:
             if not stream:
                 return JSONResponse(run.snapshot())
-            if isinstance(run, ItemsRun):
-                run.check_after(after)
-            else:
-                _check_after(after, run)
-            return EventsResponse(run.follow(after, _ping(request)))
+            run.check_after(after)
+            return BackgroundResponse(run, state.streams, after, _ping(request))
         row = await state.store.get(response_id)
         if row is None:
             raise not_found(response_id)
@@ -158,15 +160,11 @@ async def get_response(response_id: str, request: Request) -> Response:
         if row.stream is None:
             raise bad("Only background responses can be streamed with GET; this one was "
                       "answered when it was created.", "stream")
-        if row.stream.get("items"):  # a background response with tools
-            events, last = replay_items(row, after)
-        else:
-            last = last_number(len(row.stream["deltas"]), row.stream["error"] is not None)
-            events = replay(row, after) if after <= last else b""
+        events, last = replay(row.response, row.stream, after)
         if after > last:
             raise bad(f"starting_after {after} is beyond the stream's last event ({last})",
                       "starting_after")
-        return EventsResponse(once(events))
+        return EventsResponse(events)
     except TokenpipeError as exc:
         return error_response(exc)
 
@@ -254,19 +252,6 @@ async def _previous(state: ResponsesState, response_id: str | None) -> list[list
                   f"{row.response.get('status')}: only an answered one can be continued.",
                   "previous_response_id")
     return row.conversation
-
-
-def _check_after(after: int, run: Run) -> None:
-    """A running response can resume after any event its client can have seen."""
-    if after < OPENING or run.final is not None:
-        if run.final is not None and after > last_number(run.deltas, run.error is not None):
-            raise bad(f"starting_after {after} is beyond the stream's last event",
-                      "starting_after")
-        return
-    sent = run.session.next_seq
-    if after - OPENING >= sent:
-        raise bad(f"starting_after {after} is beyond the last event sent so far "
-                  f"({OPENING + sent - 1})", "starting_after")
 
 
 def _flag(request: Request, name: str) -> bool:

@@ -1,6 +1,7 @@
-"""Serving one Responses request as an ASGI response: a foreground generation (one JSON
-response, or its numbered SSE events: protocol/responses/events.py), or the events of a
-background one (Run.follow, or a stored one's replay).
+"""Serving one Responses request as an ASGI response (the one stream tail, DoorResponse): a
+foreground generation (one JSON response, or its numbered SSE events), or the events of a
+background one (followed from the resume store, or a stored one's replay). Text or output
+items is the answer's shape (protocol/responses/answers.py), not a class here.
 
 As the other doors: a foreground session races the client's disconnect (race.py) and is
 cancelled the moment its client leaves. Headers wait for the first thing worth saying, so a
@@ -12,100 +13,119 @@ stream's client leaving stops only that stream: the generation runs on.
 
 from __future__ import annotations
 
-import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from ...errors import TokenpipeError
+from ...protocol.responses.answers import Answer
 from ...protocol.responses.errors import http_body
-from ...protocol.responses.events import ResponseEvents, failure_event
-from ...protocol.responses.objects import ResponseShape
+from ...protocol.responses.events import failure_event
 from ...session import Delta, Event, Failed, Finished, GenerationSession
-from ..door_response import DoorResponse
-from ..race import http_disconnect, race
+from ..door_response import DoorResponse, Reading, retry_headers, stream_headers
+from ..resumable import ResumeStore
+from .runs import Run
 
-SSE_HEADERS = [
-    (b"content-type", b"text/event-stream; charset=utf-8"),
-    (b"cache-control", b"no-store"),
-    (b"x-accel-buffering", b"no"),  # nginx: pass each event on at once
-]
+SSE_HEADERS = stream_headers(b"text/event-stream; charset=utf-8")
 Keep = Callable[[dict[str, Any], str], Awaitable[None]]  # stores (final response, text)
 
 
 def error_response(exc: TokenpipeError) -> Response:
     """`exc` as OpenAI's error JSON with its status (and Retry-After when it has one)."""
-    headers = {}
-    if exc.retry_after_ms is not None:
-        headers["retry-after"] = str(max(1, math.ceil(exc.retry_after_ms / 1000)))
-        headers["retry-after-ms"] = str(exc.retry_after_ms)  # the OpenAI SDKs honour it
-    return JSONResponse(http_body(exc), status_code=exc.status, headers=headers)
+    return JSONResponse(http_body(exc), status_code=exc.status, headers=retry_headers(exc))
 
 
 class SessionResponse(DoorResponse):
-    """A foreground generation: SSE when `stream`, else one response object."""
+    """A foreground generation: SSE when `stream`, else one response object; its `answer`
+    (protocol/responses/answers.py) is one message's text or, with tools, output items."""
 
-    progress = True  # `: prefill N/M` comments (ItemsResponse too)
+    progress = True  # `: prefill N/M` comments
     stream_headers = SSE_HEADERS
     opens = (Delta, Finished, Failed)  # a failure after the headers still opens a response
 
-    def __init__(self, session: GenerationSession, shape: ResponseShape, *, stream: bool,
+    def __init__(self, session: GenerationSession, answer: Answer, *, stream: bool,
                  keep: Keep | None, ping_s: float) -> None:
         super().__init__(session, stream=stream, ping_s=ping_s)
-        self.shape = shape
-        self.events = ResponseEvents(shape)
+        self.answer = answer
         self.keep = keep
-        self._parts: list[str] = []  # the text streamed so far
+        self._delta = answer.feed  # type: ignore[method-assign,assignment]  # hot path: no hop
 
-    async def _end(self, end: Finished | Failed, text: str) -> dict[str, Any]:
-        final = self.shape.final(end, text)
+    async def _end_of(self, end: Finished | Failed) -> dict[str, Any]:
+        final = self.answer.final(end)
         if self.keep is not None and isinstance(end, Finished):
-            await self.keep(final, text)
+            await self.keep(final, self.answer.text())
         return final
 
     def error_response(self, exc: TokenpipeError) -> Response:
         return error_response(exc)
 
     async def _answer(self, deltas: list[Delta], end: Finished) -> Response:
-        return JSONResponse(await self._end(end, "".join(d.text for d in deltas)))
+        for delta in deltas:
+            self.answer.add(delta)
+        return JSONResponse(await self._end_of(end))
 
     def _opening(self, event: Event) -> bytes:
-        return self.events.opening()
-
-    def _delta(self, event: Delta) -> bytes:
-        self._parts.append(event.text)
-        return self.events.delta(event.seq, event.text)
+        return self.answer.opening()
 
     async def _closing(self, end: Finished | Failed) -> bytes:
-        final = await self._end(end, "".join(self._parts))
+        final = await self._end_of(end)
         error = failure_event(end.error) if isinstance(end, Failed) else None
-        return self.events.closing(len(self._parts), final, error)
+        return self.answer.closing(final, error)
+
+
+class BackgroundResponse(DoorResponse):
+    """A stream that follows a background response (Run) from the resume store: its
+    events above `after`. The headers and response.created go at once; the client leaving
+    ends only this stream: the generation runs on."""
+
+    progress = True
+    stream_headers = SSE_HEADERS
+
+    def __init__(self, run: Run, streams: ResumeStore, after: int,
+                 ping_s: float | None) -> None:
+        super().__init__(run.session, stream=True, ping_s=ping_s)
+        self.run, self.streams = run, streams
+        self.answer = run.answer(after)
+        self._delta = self.answer.feed  # type: ignore[method-assign,assignment]
+
+    def _reader(self) -> Reading:
+        token = self.session.stream_token
+        assert token is not None
+        # from the first delta: an answer's event numbers follow from all of them
+        return self.streams.take_over(token, -1, None, progress=True)
+
+    def _leave(self, cursor: Reading) -> None:
+        cursor.close()
+
+    async def _stream(self, cursor: Reading, send: Send) -> None:
+        self._opened = True
+        await self._head.start(send)
+        opening = self.answer.opening()
+        if opening:
+            await self._head.write(send, [opening], False)
+        await super()._stream(cursor, send)
+
+    async def _closing(self, end: Finished | Failed) -> bytes:
+        return self.answer.closing(self.run.ended(), self.run.error)
+
+    def error_response(self, exc: TokenpipeError) -> Response:
+        return error_response(exc)
 
 
 class EventsResponse(Response):
-    """A background response's events (a Run's, followed live, or a stored replay) as SSE.
-    The client leaving ends only this stream."""
+    """A stored background response's events (its replay) as SSE."""
 
-    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
-        self.chunks = chunks
+    def __init__(self, events: bytes) -> None:
+        self.events = events
         self.status_code = 200
         self.background = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            await race(self._send(send), http_disconnect(receive), settle=False)
-        except OSError:
+            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            await send({"type": "http.response.body", "body": self.events, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:  # the client went away
             pass
-
-    async def _send(self, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-        async for chunk in self.chunks:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-async def once(chunk: bytes) -> AsyncIterator[bytes]:
-    yield chunk
-

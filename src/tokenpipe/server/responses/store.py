@@ -19,6 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ...types import Message, ToolCall
+
 log = logging.getLogger("tokenpipe.responses")
 T = TypeVar("T")
 _SCHEMA = """
@@ -40,8 +42,46 @@ class Stored:
     created_at: float
     response: dict[str, Any]
     input_items: list[dict[str, Any]]
-    conversation: list[list[Any]]  # runs.turn(): [role, text] and, with tools, a third
+    conversation: list[list[Any]]  # turn(): [role, text] and, with tools, a third
     stream: dict[str, Any] | None = None
+
+
+@dataclass
+class Pending:
+    """What a response stores besides itself: its input items and the conversation before
+    its answer (previous conversation, then this input)."""
+
+    input_items: list[dict[str, Any]]
+    conversation: list[list[Any]]
+
+    def stored(self, final: dict[str, Any], text: str,
+               stream: dict[str, Any] | None = None) -> Stored:
+        calls = tuple(ToolCall(i["call_id"], i["name"], i["arguments"])
+                      for i in final.get("output") or () if i.get("type") == "function_call")
+        answer = turn(Message("assistant", text, calls))
+        return Stored(final["id"], float(final["created_at"]), final, self.input_items,
+                      [*self.conversation, answer], stream)
+
+
+def turn(m: Message) -> list[Any]:
+    """A chat turn as the store keeps it: [role, text], and a turn's calls or the call it
+    answers as a third element."""
+    if m.tool_calls:
+        return [m.role, m.content, {"tool_calls": [[c.id, c.name, c.arguments]
+                                                   for c in m.tool_calls]}]
+    if m.tool_call_id is not None:
+        return [m.role, m.content, {"tool_call_id": m.tool_call_id}]
+    return [m.role, m.content]
+
+
+def message_of(entry: list[Any]) -> Message:
+    """A stored turn back as a chat turn."""
+    role, text, *rest = entry
+    if role not in ("system", "user", "assistant", "tool"):
+        raise ValueError(f"a stored conversation holds role {role!r}")
+    extra = rest[0] if rest else {}
+    calls = tuple(ToolCall(*c) for c in extra.get("tool_calls", ()))
+    return Message(role, text, calls, extra.get("tool_call_id"))
 
 
 class ResponseStore:

@@ -18,6 +18,7 @@ import enum
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -275,11 +276,15 @@ class JsonConnection:
             )
         session = await self.runtime.models.start(frame.to_request(), resumable=frame.resumable,
                                                   api="ws")
-        held = None
-        if session.resumable:
-            held = Held(session, frame.id)
-            self.runtime.resumable.keep(held)
-        self._adopt(frame.id, session, -1, held)
+        token = session.stream_token
+        if token is not None:  # resumable: read through the store, as a resume reads it
+            self.runtime.resumable.keep(Held(session, frame.id))
+            cursor = self.runtime.resumable.take_over(token, -1, self,
+                                                      on_news=self._news(frame.id),
+                                                      progress=True)
+        else:
+            cursor = session.cursor(on_news=self._news(frame.id), progress=True)
+        self._adopt(frame.id, session, cursor)
 
     def _resume(self, frame: wire.Resume) -> None:
         held = self.runtime.resumable.get(frame.stream)
@@ -290,22 +295,18 @@ class JsonConnection:
         if stream_id in self.streams and self.streams[stream_id].session is not session:
             raise DuplicateId(f"id {stream_id!r} is already running on this connection")
         try:  # checked before anything changes hands: a refused resume disturbs nothing
-            session.check_after(frame.after_seq)
+            cursor = self.runtime.resumable.take_over(
+                frame.stream, frame.after_seq, self, stream_id=stream_id,
+                on_news=self._news(stream_id), progress=True)
         except ValueError as exc:
             raise BadRequest(f"field 'after_seq': {exc}", param="after_seq") from None
-        self.runtime.resumable.adopt(frame.stream)
-        previous = held.reader  # a /ws connection or an SSE response (one store)
-        if previous is not None:
-            previous.moved(session, stream_id if previous is self else None)
-        self._adopt(stream_id, session, frame.after_seq, held)
+        self._adopt(stream_id, session, cursor)
 
-    def _adopt(self, stream_id: str, session: GenerationSession, after_seq: int,
-               held: Held | None) -> None:
-        cursor = session.cursor(after_seq, on_news=lambda: self._mark(stream_id),
-                                progress=True)
+    def _news(self, stream_id: str) -> Callable[[], None]:
+        return lambda: self._mark(stream_id)
+
+    def _adopt(self, stream_id: str, session: GenerationSession, cursor: Cursor) -> None:
         self.streams[stream_id] = _Stream(session, cursor, wire.EventText(stream_id))
-        if held is not None:
-            held.reader, held.stream_id, held.cursor = self, stream_id, cursor
         self._mark(stream_id)
 
     def moved(self, session: GenerationSession, new_id: str | None = None) -> None:
