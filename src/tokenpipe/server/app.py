@@ -124,7 +124,10 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None,
         body = door.error(exc.status_code, _parse_error(exc) or str(exc.detail))
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
-    @app.api_route("/health", methods=["GET", "HEAD"], tags=["health"])
+    # GET documented, HEAD alike but out of the schema: one route of both methods gives
+    # the OpenAPI document one operation id twice (FastAPI warns on every /openapi.json)
+    @app.head("/health", include_in_schema=False)
+    @app.get("/health", tags=["health"])
     async def health() -> JSONResponse:
         """200 when the models the start loads are loaded (or load on demand), none has
         failed and every loaded engine is healthy, else 503 (HEAD: no body); `states`
@@ -137,8 +140,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None,
             body.update(status="error", error=error)
         return JSONResponse(body, status_code=200 if models.ready else 503)
 
-    @app.api_route("/metrics", methods=["GET", "HEAD"], tags=["health"],
-                   response_class=PlainTextResponse)
+    @app.head("/metrics", include_in_schema=False)
+    @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
     async def metrics() -> Response:
         """Prometheus metrics: generations, latency histograms, tokens, errors, connections."""
         return Response(generate_latest(runtime.metrics.registry),

@@ -118,7 +118,6 @@ async def test_every_route_needs_the_key_in_its_doors_shape(
         assert (r.status_code, r.json()) == (401, body), (path, headers)
 
 
-@pytest.mark.filterwarnings("ignore:Duplicate Operation ID")  # FastAPI 0.165, GET+HEAD
 @pytest.mark.parametrize("path", ["/health", "/metrics", "/openapi.json", "/docs", "/redoc",
                                   "/", "/index.html"])
 async def test_health_metrics_docs_and_the_page_stay_public(
