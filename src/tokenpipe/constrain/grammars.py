@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
 from ..errors import BadRequest
 from ..types import GenerationRequest, OutputFormat
+from .schemas import SchemaTooDeep, enforced
 
 # Whitespace between JSON tokens: what a model writes when it pretty-prints (a newline and
 # indentation), bounded per gap, so that a model cannot spend its whole answer on blanks.
@@ -20,46 +21,34 @@ _OPTIONS: JsonCompileOptions = {"whitespace_pattern": WHITESPACE}
 ANY_OBJECT = '{"type": "object"}'
 
 
-# An integer with no bound is generated within ±(2**53 - 1), the integers every JSON parser
-# (JavaScript's too) reads exactly; a small model otherwise writes digits until max_tokens
-# cuts the answer.
-INT_MIN, INT_MAX = -(2**53 - 1), 2**53 - 1
-_DATA_KEYS = {"enum", "const", "default", "examples"}  # values, not schemas
-
-
-def bounded(schema: Any) -> Any:
-    """The schema with every unbounded integer bounded so: a subset of what it
-    admits, so an answer under it still validates against the original."""
-    if isinstance(schema, list):
-        return [bounded(item) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: v if k in _DATA_KEYS else bounded(v) for k, v in schema.items()}
-    kind = out.get("type")
-    if kind == "integer" or (isinstance(kind, list) and kind == ["integer"]):
-        if "minimum" not in out and "exclusiveMinimum" not in out:
-            out["minimum"] = INT_MIN
-        if "maximum" not in out and "exclusiveMaximum" not in out:
-            out["maximum"] = INT_MAX
-    return out
-
-
 def grammar_of(fmt: OutputFormat, param: str = "response_format") -> str:
     """The grammar text for `fmt`; BadRequest naming `param` when its schema is not a JSON
     object. Whether the grammar compiles is the Guides' check (it needs the vocabulary)."""
     schema = ANY_OBJECT if fmt.kind == "json_object" else fmt.schema
     if schema is None:
         raise BadRequest("a json_schema format needs a schema", param=param)
-    if schema == "true":  # JSON Schema's boolean forms: any value, or none at all
-        schema = "{}"
-    elif schema == "false":
-        raise BadRequest("the schema false admits no value at all", param=param)
-    elif '"integer"' in schema:
-        schema = json.dumps(bounded(json.loads(schema)))
     try:
-        return str(llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=_OPTIONS))
+        parsed = json.loads(schema)
+    except ValueError:
+        raise BadRequest("the JSON schema is not JSON", param=param) from None
+    if parsed is True:  # JSON Schema's boolean forms: any value, or none at all
+        parsed = {}
+    elif parsed is False:
+        raise BadRequest("the schema false admits no value at all", param=param)
+    text = json.dumps(enforced_schema(parsed, param), ensure_ascii=False)
+    try:
+        return str(llguidance.LLMatcher.grammar_from_json_schema(text, overrides=_OPTIONS))
     except ValueError as exc:
         raise BadRequest(f"the JSON schema is not a JSON object: {exc}", param=param) from None
+
+
+def enforced_schema(schema: Any, param: str) -> Any:
+    """schemas.enforced (objects closed, integers bounded); BadRequest naming `param` for a
+    schema nested too deep to walk."""
+    try:
+        return enforced(schema)
+    except SchemaTooDeep as exc:
+        raise BadRequest(str(exc), param=param) from None
 
 
 def grammar_for(request: GenerationRequest, *, inside: bool = False
@@ -70,9 +59,7 @@ def grammar_for(request: GenerationRequest, *, inside: bool = False
     if request.reasoning_budget is not None:
         from .thinking import thinking_grammar
 
-        param = ("tools" if request.tools else "response_format"
-                 if request.format is not None else "reasoning_budget")
-        return thinking_grammar(request, inside=inside), param
+        return thinking_grammar(request, inside=inside), grammar_param(request)
     if request.tools:
         from .tools import tools_grammar
 
@@ -80,6 +67,12 @@ def grammar_for(request: GenerationRequest, *, inside: bool = False
     if request.format is not None:
         return grammar_of(request.format), "response_format"
     return None
+
+
+def grammar_param(request: GenerationRequest) -> str:
+    """The field that asked for the request's grammar (what its errors name)."""
+    return ("tools" if request.tools else "response_format" if request.format is not None
+            else "reasoning_budget")
 
 
 def schema_text(schema: Any) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import BadRequest
 from ..text import ToolCallSplitter
 from ..types import GenerationRequest, Message, OutputFormat, Tool, ToolCall
-from .grammars import WHITESPACE, bounded
+from .grammars import WHITESPACE, enforced_schema
 
 OPEN = "<tool_call>\n"
 HEAD = '{"name": "'
@@ -87,7 +87,7 @@ def text_rule(fmt: OutputFormat | None) -> str:
         return ("answer: TEXT\n"
                 f"TEXT: /(?s:.*)/ & ~/(?s:.*){OPEN.strip()}(?s:.*)/")
     schema = '{"type": "object"}' if fmt.kind == "json_object" else (fmt.schema or "{}")
-    return f"answer: %json {_with_whitespace(json.loads(schema))}"
+    return f"answer: %json {_with_whitespace(json.loads(schema), 'response_format')}"
 
 
 def _arguments_schema(tool: Tool, param: str) -> str:
@@ -98,14 +98,14 @@ def _arguments_schema(tool: Tool, param: str) -> str:
     if not isinstance(schema, dict) or schema.get("type", "object") != "object":
         raise BadRequest(f"the parameters of {tool.name!r} must be a JSON Schema of an "
                          'object ("type": "object")', param=param)
-    return _with_whitespace({"type": "object", **schema})
+    return _with_whitespace({"type": "object", **schema}, param)
 
 
-def _with_whitespace(schema: Any) -> str:
+def _with_whitespace(schema: Any, param: str) -> str:
     if not isinstance(schema, dict):
         schema = {} if schema is True else {"not": {}}
-    return json.dumps({**bounded(schema), "x-guidance": {"whitespace_pattern": WHITESPACE}},
-                      ensure_ascii=False)
+    return json.dumps({**enforced_schema(schema, param),
+                       "x-guidance": {"whitespace_pattern": WHITESPACE}}, ensure_ascii=False)
 
 
 # ---- the prompt -------------------------------------------------------------------------
