@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -59,9 +60,21 @@ def _undeclared(value: Any, schema: Any, root: Any) -> bool:
     return False
 
 
+_OPEN: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
+
+
 def sdk(server: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0,
-                         timeout=300)
+    c = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0,
+                      timeout=300)
+    _OPEN.append(c)
+    return c
 
 
 @pytest.mark.parametrize("name", ["langchain_get_weather", "ollama_get_weather",
@@ -165,6 +178,7 @@ def test_ollama_format_and_function_tools_as_the_package_sends_them(
     country = fixture("pydantic_country")
     tool = fixture("ollama_get_weather")
     c = ollama.Client(host=model_server.url, timeout=300)
+    _OPEN.append(c._client)
     stops = 0
     for run in RUNS:
         options: Any = {"num_predict": 200, **run}

@@ -17,13 +17,14 @@ OpenAI's shape, any other gets them in a generic system section
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 from typing import Any
 
 from ..errors import BadRequest
 from ..text import ToolCallSplitter
-from ..types import GenerationRequest, Message, OutputFormat, Tool, ToolCall
+from ..types import GenerationRequest, Message, OutputFormat, Part, Tool, ToolCall, ToolChoice
 from .grammars import WHITESPACE, enforced_schema
 
 OPEN = "<tool_call>\n"
@@ -70,7 +71,7 @@ def tools_lark(request: GenerationRequest, param: str = "tools") -> str:
         head = json.dumps(f"{OPEN}{HEAD}{tool.name}{MID}")
         rules.append(f"call_{i}: {head} args_{i} {json.dumps(CLOSE)}")
         rules.append(f"args_{i}: %json {schema}")
-    calls = f'call ({json.dumps(BETWEEN)} call)*' if choice.parallel else "call"
+    calls = f'call ({json.dumps(BETWEEN)} call)*' if several_calls(choice) else "call"
     text = text_rule(request.format)
     if choice.mode == "none":
         start = "start: answer"
@@ -79,6 +80,25 @@ def tools_lark(request: GenerationRequest, param: str = "tools") -> str:
     else:  # required, or one named function
         start = "start: calls"
     return "\n".join([start, f"calls: {calls}", *rules, text])
+
+
+def resolved_choice(choice: ToolChoice, parallel_default: bool) -> ToolChoice:
+    """`choice` with `parallel` decided: a named function is one call; `required` is one call
+    unless the client asked for more; `auto` takes the server's default where the client
+    said nothing (as llama-server's parallel_tool_calls, false unless set)."""
+    if choice.mode == "function":
+        parallel = False
+    elif choice.mode == "required":
+        parallel = choice.parallel is True
+    else:
+        parallel = parallel_default if choice.parallel is None else choice.parallel
+    return choice if parallel is choice.parallel else dataclasses.replace(choice,
+                                                                          parallel=parallel)
+
+
+def several_calls(choice: ToolChoice) -> bool:
+    """Whether an answer may hold more than one call (a named function: never)."""
+    return choice.parallel is True and choice.mode != "function"
 
 
 def text_rule(fmt: OutputFormat | None) -> str:
