@@ -362,7 +362,7 @@ class Scheduler:
                         session.finish(FinishReason.STOP, stop.matched)
                         return
                 elif isinstance(event, EngineParts):  # calls the engine got apart
-                    parts = list(event.parts)
+                    parts: list[str | Part] = list(event.parts)
                     session.add_pieces(repeats.feed(parts) if repeats else parts, event.tokens)
                 elif isinstance(event, EngineFinish):
                     if session.prompt_tokens is None:

@@ -8,8 +8,8 @@ declare, because an object with `properties` is read as closed (constrain/schema
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic

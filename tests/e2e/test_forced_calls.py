@@ -156,8 +156,14 @@ async def test_the_agents_sdk_responses_model_with_a_function_tool(
         model_server: ServerProcess) -> None:
     """The OpenAI Agents SDK on the Responses door: a required tool, called once, its result
     the run's final output (it raised ModelBehaviorError on repeated calls cut by length)."""
-    from agents import (Agent, ModelSettings, OpenAIResponsesModel, Runner, function_tool,
-                        set_tracing_disabled)
+    from agents import (
+        Agent,
+        ModelSettings,
+        OpenAIResponsesModel,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
 
     set_tracing_disabled(True)
     called: list[str] = []
