@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .constrain import compile_pool
 from .constrain.repeats import repeated_calls
 from .constrain.tools import tool_call_splitter
 from .engines.base import Engine, PreparedRequest, constrained
@@ -116,14 +117,15 @@ class Scheduler:
                     ) -> GenerationSession:
         """submit() (`into`: a session made while the model loaded); a long prompt is prepared
         in a worker thread (a megabyte takes the tokenizer a good part of a second: a stall of
-        every stream on the loop), and one with a grammar (compiling it may take a second)."""
+        every stream on the loop), one with a grammar in the grammar pool (compile_pool.py)."""
         if self._closing:
             raise ShuttingDown("the server is shutting down")
         request = applied(request, self.sampling_defaults)
         self._check_max_tokens(request)
         prepared = None
-        # a format's grammar may take the compiler up to a second the first time
-        if _prompt_chars(request) > INLINE_PROMPT_CHARS or constrained(request):
+        if constrained(request):  # a grammar compiles in its own pool, under a deadline
+            prepared = await compile_pool.prepare(self.engine, request, self.default_max_tokens)
+        elif _prompt_chars(request) > INLINE_PROMPT_CHARS:
             prepared = await asyncio.to_thread(self.engine.prepare, request,
                                                self.default_max_tokens)
         return self.submit(request, resumable=resumable, prepared=prepared, into=into, api=api)

@@ -36,14 +36,24 @@ class SchemaTooDeep(ValueError):
 def depth(value: Any) -> int:
     """How deep `value` (parsed JSON) nests, counted without recursion (a hostile schema
     may nest thousands deep)."""
-    deepest, stack = 0, [(value, 1)]
+    return measure(value)[0]
+
+
+def measure(value: Any) -> tuple[int, int, int]:
+    """(how deep `value` nests, how many objects it holds, the most `properties` one
+    object declares), without recursion."""
+    deepest, objects, widest, stack = 0, 0, 0, [(value, 1)]
     while stack:
         item, level = stack.pop()
+        if isinstance(item, dict):
+            objects += 1
+            if isinstance(item.get("properties"), dict):
+                widest = max(widest, len(item["properties"]))
         if isinstance(item, dict | list):
             deepest = max(deepest, level)
             children = item.values() if isinstance(item, dict) else item
             stack.extend((child, level + 1) for child in children)
-    return deepest
+    return deepest, objects, widest
 
 
 def enforced(schema: Any) -> Any:

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import BadRequest
 from ..text import ToolCallSplitter
-from ..types import GenerationRequest, Message, OutputFormat, Part, Tool, ToolCall, ToolChoice
+from ..types import GenerationRequest, Message, OutputFormat, Tool, ToolCall, ToolChoice
 from .grammars import WHITESPACE, enforced_schema
 
 OPEN = "<tool_call>\n"
@@ -113,7 +113,7 @@ def text_rule(fmt: OutputFormat | None) -> str:
 def _arguments_schema(tool: Tool, param: str) -> str:
     try:
         schema = json.loads(tool.parameters)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise BadRequest(f"the parameters of {tool.name!r} are not JSON", param=param) from None
     if not isinstance(schema, dict) or schema.get("type", "object") != "object":
         raise BadRequest(f"the parameters of {tool.name!r} must be a JSON Schema of an "

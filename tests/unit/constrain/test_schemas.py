@@ -146,3 +146,24 @@ def test_a_hostile_nesting_is_refused_without_recursing() -> None:
     for _ in range(MAX_DEPTH // 2 - 1):
         shallow = {"type": "object", "properties": {"a": shallow}}
     assert enforced(shallow)["additionalProperties"] is False
+
+
+@pytest.mark.parametrize(("schema", "words"), [
+    ({"type": "object", "properties": {f"k{i}": {} for i in range(401)}}, "401 properties"),
+    ({"anyOf": [{"type": "object"} for _ in range(2001)]}, "2002 objects"),
+    ({"enum": ["x" * 1000] * 300}, "characters"),
+])
+def test_a_request_over_the_size_budget_is_refused_before_any_compile(
+        schema: Any, words: str) -> None:
+    from tokenpipe.constrain.grammars import check_budget, schema_text
+    from tokenpipe.errors import BadRequest
+    from tokenpipe.types import GenerationRequest, OutputFormat, Tool
+
+    fmt = GenerationRequest(prompt="x", format=OutputFormat("json_schema", schema_text(schema)))
+    with pytest.raises(BadRequest, match=words) as caught:
+        check_budget(fmt)
+    assert caught.value.param == "response_format"
+    tools = GenerationRequest(prompt="x", tools=(Tool("f", None, schema_text(schema)),))
+    with pytest.raises(BadRequest) as caught:
+        check_budget(tools)
+    assert caught.value.param == "tools"
