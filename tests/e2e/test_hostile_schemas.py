@@ -181,4 +181,4 @@ async def test_compiles_within_the_budget_stall_no_one_and_give_memory_back(
         if r.status_code == 400:
             refused(r, "response_format")  # past the deadline: said so, in the door's shape
     assert bystander.frames[-1]["type"] == "end"
-    assert grown < 150
+    assert grown < 100  # the cache's 64 MiB and the allocator's slack (+106 MB before trim)

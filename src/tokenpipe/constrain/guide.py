@@ -9,6 +9,7 @@ table lookup and add ~35 µs (scripts/measure_constrain.py prints both)."""
 from __future__ import annotations
 
 import concurrent.futures
+import ctypes
 import os
 import threading
 import warnings
@@ -100,6 +101,7 @@ class Guides:
                              param=param)
         # the memory a compiled grammar holds, estimated by what the compile took
         size = max(len(grammar), _rss() - before)
+        _trim()  # what the compile freed goes back to the system, not to this thread's arena
         with self._lock:
             if grammar not in self._compiled:
                 self._compiled[grammar] = (matcher, size)
@@ -114,6 +116,24 @@ class Guides:
     def cached_bytes(self) -> int:
         """The estimated memory of the grammars kept (CACHE_BYTES at most)."""
         return self._bytes
+
+
+def _trim() -> None:
+    """glibc's malloc_trim(0): freed heap pages back to the system (each grammar thread has
+    its own malloc arena, which otherwise keeps what a large compile freed). ctypes
+    releases the GIL for the call; elsewhere (no glibc) nothing."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _libc() -> Any:
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+
+
+_LIBC = _libc()
 
 
 def _rss() -> int:
