@@ -60,6 +60,7 @@ class Settings:
     max_connections_per_client: int = 256
     max_prompt_tokens: int | None = None  # default: what the context allows
     max_n: int = 8  # most choices (`n`) one OpenAI request may ask for
+    parallel_tool_calls: bool = False  # a request that does not say: one call per answer
     slow_client_timeout_s: float = 30.0
     resume_grace_s: float = 30.0
     shutdown_grace_s: float = 10.0
@@ -141,7 +142,8 @@ class Settings:
     def sampling_defaults_for(self, model_id: str) -> dict[str, Any]:
         """Its model table's sampling keys (temperature, stop, ...), for the Scheduler."""
         table = self.model_config(model_id)
-        return dict(table.sampling) if table else {}
+        return {"parallel_tool_calls": self.parallel_tool_calls,
+                **(dict(table.sampling) if table else {})}
 
     def engine_options(self) -> EngineOptions:
         return EngineOptions(

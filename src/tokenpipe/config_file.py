@@ -18,6 +18,7 @@ SAMPLING: dict[str, str] = {
     "temperature": "float", "top_p": "float", "top_k": "int", "min_p": "float",
     "repetition_penalty": "float", "presence_penalty": "float",
     "frequency_penalty": "float", "seed": "int", "stop": "tuple", "max_tokens": "int",
+    "parallel_tool_calls": "bool",  # a request default too, though not a sampling one
 }
 # The core's ranges (tokenpipe.v1's), so a table cannot set what no request may: (low, high,
 # low excluded)
@@ -121,6 +122,8 @@ def _out_of_range(key: str, value: Any) -> str | None:
         if len(value) > MAX_STOP or not all(0 < len(s) <= MAX_STOP_CHARS for s in value):
             return (f"expected at most {MAX_STOP} strings of 1 to {MAX_STOP_CHARS} "
                     f"characters, got {_shown(list(value))}")
+        return None
+    if key not in RANGES:
         return None
     low, high, open_low = RANGES[key]
     if (low < value <= high) if open_low else (low <= value <= high):

@@ -10,7 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .types import SamplingParams
+from .constrain.tools import resolved_choice
+from .types import GenerationRequest, SamplingParams
 
 # What a table may default here; max_tokens is the Scheduler's default_max_tokens already.
 FIELDS = frozenset({"temperature", "top_p", "top_k", "min_p", "repetition_penalty",
@@ -33,3 +34,13 @@ def with_defaults(params: SamplingParams, defaults: Mapping[str, Any]) -> Sampli
     if updates.get("seed") is not None:
         updates["seed"] %= 2**63  # as the OpenAI door takes a seed
     return dataclasses.replace(params, **updates) if updates else params
+
+
+def applied(request: GenerationRequest, defaults: Mapping[str, Any]) -> GenerationRequest:
+    """`request` with its model's defaults: sampling (with_defaults) and how many calls an
+    answer may hold (`parallel_tool_calls`, the server's setting or the model table's)."""
+    params = with_defaults(request.params, defaults)
+    choice = resolved_choice(request.tool_choice, bool(defaults.get("parallel_tool_calls")))
+    if params is request.params and choice is request.tool_choice:
+        return request
+    return dataclasses.replace(request, params=params, tool_choice=choice)

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .constrain import compile_pool
+from .constrain.repeats import repeated_calls
 from .constrain.tools import tool_call_splitter
 from .engines.base import Engine, PreparedRequest, constrained
 from .errors import (
@@ -30,7 +31,7 @@ from .errors import (
 )
 from .logprobs import LogprobAligner, attach
 from .metrics import Metrics
-from .sampling_defaults import with_defaults
+from .sampling_defaults import applied
 from .session import Failed, GenerationSession
 from .text import ReasoningSplitter, StopMatcher
 from .types import (
@@ -113,26 +114,20 @@ class Scheduler:
     async def start(self, request: GenerationRequest, *, resumable: bool = False,
                     into: GenerationSession | None = None, api: str = "other"
                     ) -> GenerationSession:
-        """submit() (`into`: a session made while the model loaded), with a long prompt
-        templated and tokenized in a worker thread (a megabyte of text takes the tokenizer
-        a good part of a second, which on the event loop would stall every other stream),
-        and an output format's grammar compiled
-        there too."""
+        """submit() (`into`: a session made while the model loaded); a long prompt is prepared
+        in a worker thread (a megabyte takes the tokenizer a good part of a second: a stall of
+        every stream on the loop), one with a grammar in the grammar pool (compile_pool.py)."""
         if self._closing:
             raise ShuttingDown("the server is shutting down")
-        request = self._with_defaults(request)
+        request = applied(request, self.sampling_defaults)
         self._check_max_tokens(request)
         prepared = None
-        # a format's grammar may take the compiler up to a second the first time
-        if _prompt_chars(request) > INLINE_PROMPT_CHARS or constrained(request):
+        if constrained(request):  # a grammar compiles in its own pool, under a deadline
+            prepared = await compile_pool.prepare(self.engine, request, self.default_max_tokens)
+        elif _prompt_chars(request) > INLINE_PROMPT_CHARS:
             prepared = await asyncio.to_thread(self.engine.prepare, request,
                                                self.default_max_tokens)
         return self.submit(request, resumable=resumable, prepared=prepared, into=into, api=api)
-
-    def _with_defaults(self, request: GenerationRequest) -> GenerationRequest:
-        params = with_defaults(request.params, self.sampling_defaults)
-        return request if params is request.params else dataclasses.replace(request,
-                                                                             params=params)
 
     async def count_tokens(self, request: GenerationRequest) -> int:
         """The prompt's tokens as start() counts them (the engine's template, then its
@@ -158,7 +153,7 @@ class Scheduler:
         if self._closing:
             raise ShuttingDown("the server is shutting down")
         if prepared is None:
-            request = self._with_defaults(request)
+            request = applied(request, self.sampling_defaults)
             self._check_max_tokens(request)
             prepared = self.engine.prepare(request, self.default_max_tokens)
         if self.max_prompt_tokens is not None and prepared.prompt_tokens > self.max_prompt_tokens:
@@ -313,13 +308,12 @@ class Scheduler:
         # A thinking section goes to the reasoning channel, tool calls to theirs, as they
         # stream; stop strings apply to the content (a call is never cut: its arguments
         # stay whole). Without either, text goes straight through the stop matcher.
-        reason = split = None
+        reason = None
         if request.split_reasoning:
             inside = prepared.prompt_text.rstrip().endswith(THINK_OPEN)
             reason = ReasoningSplitter(THINK_OPEN, THINK_CLOSE, inside=inside)
-        if request.tools and not self.engine.splits_calls:
-            split = tool_call_splitter()
-
+        split = tool_call_splitter() if request.tools and not self.engine.splits_calls else None
+        repeats = repeated_calls(request)  # several calls allowed: ends at a repeated one
         # Logprobs asked: content goes through the aligner, which wraps the stop matcher
         # and knows which tokens the released text completes.
         aligner = LogprobAligner(stop) if request.params.logprobs is not None else None
@@ -329,15 +323,17 @@ class Scheduler:
             if split is not None:
                 pieces = [q for p in pieces
                           for q in (split.feed(p) if isinstance(p, str) else [p])]
+            pieces = repeats.feed(pieces) if repeats is not None else pieces
             return [stop_feed(p) if isinstance(p, str) else p for p in pieces]
 
         def flushed() -> list[str | Part]:
             pieces = route(reason.flush()) if reason is not None else []
             if split is not None:
                 pieces += route(split.flush())
+            pieces += repeats.flush() if repeats is not None else []
             return [*pieces, stop.flush() if aligner is None else aligner.flush()]
 
-        plain = reason is None and split is None and aligner is None
+        plain = reason is None and split is None and aligner is None and repeats is None
         # No prompt_ids: the engine counts the prompt elsewhere (openai: the upstream)
         session.mark_started(prepared.prompt_tokens or None)
         stream = self.engine.stream(prepared)
@@ -367,7 +363,8 @@ class Scheduler:
                         session.finish(FinishReason.STOP, stop.matched)
                         return
                 elif isinstance(event, EngineParts):  # calls the engine got apart
-                    session.add_pieces(list(event.parts), event.tokens)
+                    parts: list[str | Part] = list(event.parts)
+                    session.add_pieces(repeats.feed(parts) if repeats else parts, event.tokens)
                 elif isinstance(event, EngineFinish):
                     if session.prompt_tokens is None:
                         session.prompt_tokens = event.usage.prompt_tokens
@@ -388,6 +385,9 @@ class Scheduler:
                     session.prompt_tokens = event.prompt_tokens
                 elif isinstance(event, EngineProgress):
                     session.set_progress(event.done, event.total)
+                if repeats is not None and repeats.repeated:  # the model began a call again
+                    session.finish(FinishReason.TOOL_CALLS)
+                    return
             raise EngineError("the engine stream ended without a finish")
         finally:
             # Closing the engine's stream is what stops its compute (cancel, stop, error).

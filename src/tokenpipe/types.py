@@ -44,11 +44,12 @@ class Tool:
 @dataclass(frozen=True, slots=True)
 class ToolChoice:
     """`auto` (text or calls), `none` (text only), `required` (at least one call), or
-    `function` (a call of `name`); `parallel`: more than one call allowed."""
+    `function` (one call of `name`); `parallel`: more than one call allowed, None where the
+    client did not say (the server's default then: constrain.tools.resolved_choice)."""
 
     mode: Literal["auto", "none", "required", "function"] = "auto"
     name: str | None = None
-    parallel: bool = True
+    parallel: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

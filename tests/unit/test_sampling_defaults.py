@@ -127,8 +127,17 @@ def _load(tmp_path: Path, table: str) -> Settings:
 def test_settings_give_the_scheduler_its_models_table(tmp_path: Path) -> None:
     settings = _load(tmp_path, 'temperature = 0\nstop = ["a", "b"]\nseed = 3')
     assert settings.sampling_defaults_for("m") == {"temperature": 0.0, "stop": ("a", "b"),
-                                                   "seed": 3}
-    assert settings.sampling_defaults_for("other") == {}
+                                                   "seed": 3, "parallel_tool_calls": False}
+    assert settings.sampling_defaults_for("other") == {"parallel_tool_calls": False}
+
+
+def test_parallel_tool_calls_defaults_false_and_a_setting_or_model_table_changes_it(
+        tmp_path: Path) -> None:
+    settings = _load(tmp_path, "parallel_tool_calls = true")
+    assert settings.sampling_defaults_for("m")["parallel_tool_calls"] is True
+    assert settings.sampling_defaults_for("other")["parallel_tool_calls"] is False
+    server = Settings.from_env({"TOKENPIPE_PARALLEL_TOOL_CALLS": "true"})
+    assert server.sampling_defaults_for("x")["parallel_tool_calls"] is True
 
 
 @pytest.mark.parametrize(("table", "message"), [

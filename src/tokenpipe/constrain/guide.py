@@ -9,6 +9,8 @@ table lookup and add ~35 µs (scripts/measure_constrain.py prints both)."""
 from __future__ import annotations
 
 import concurrent.futures
+import ctypes
+import os
 import threading
 import warnings
 from collections import OrderedDict
@@ -17,12 +19,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import BadRequest
+from ..errors import BadRequest, EngineError, TokenpipeError
 
 if TYPE_CHECKING:
     import llguidance
 
 CACHE_SIZE = 64  # compiled grammars kept per model (a schema compiles in 1-100 ms)
+CACHE_BYTES = 64 << 20  # and at most this much memory for them, as estimated below
+# The library's limits, lowered where its defaults let one grammar take hundreds of MB (a
+# lexer state costs 1-2 kB; 250,000 by default).
+MAX_LEXER_STATES = 50_000
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+# how the library words a limit it hit ("Current row has 7607 items; max is 2000", "... too
+# big (limit for this grammar: ...)", "fuel exhausted")
+_LIMIT_WORDS = ("max is", "too big", "limit", "fuel")
 
 # LUT[b] holds the 8 additive biases of mask byte b: 0 where the token's bit is set, -inf
 # where it is not (llguidance's bit i of 32-bit word j is token 32*j+i; little-endian bytes).
@@ -39,7 +49,8 @@ class Guides:
         self.tokenizer = tokenizer
         self.n_logits = n_logits  # the model's logits per row (may exceed the vocabulary)
         self.n_vocab = tokenizer.vocab_size
-        self._compiled: OrderedDict[str, llguidance.LLMatcher] = OrderedDict()
+        self._compiled: OrderedDict[str, tuple[llguidance.LLMatcher, int]] = OrderedDict()
+        self._bytes = 0  # the cached grammars' estimated size
         self._lock = threading.Lock()
 
     @classmethod
@@ -63,29 +74,76 @@ class Guides:
         library's reason, when it cannot be: never a silently unconstrained answer."""
         self._pristine(grammar, param)
 
-    def start(self, grammar: str) -> Guide:
-        """A guide at the grammar's start, for one generation."""
-        return Guide(self._pristine(grammar, "response_format").deep_copy(), self)
+    def start(self, grammar: str, param: str = "response_format") -> Guide:
+        """A guide at the grammar's start, for one generation (`param`: the field that asked
+        for it, which its failure names)."""
+        return Guide(self._pristine(grammar, param).deep_copy(), self, param)
 
     def _pristine(self, grammar: str, param: str) -> llguidance.LLMatcher:
         import llguidance
 
         with self._lock:
-            matcher = self._compiled.get(grammar)
-            if matcher is not None:
+            entry = self._compiled.get(grammar)
+            if entry is not None:
                 self._compiled.move_to_end(grammar)
-                return matcher
+                return entry[0]
+        before = _rss()
         # no grammar dump in the error a client reads (the library's default is verbose)
-        matcher = llguidance.LLMatcher(self.tokenizer, grammar, log_level=0,
-                                       limits=llguidance.LLParserLimits(verbose_errors=False))
+        limits = llguidance.LLParserLimits(verbose_errors=False,
+                                           max_lexer_states=MAX_LEXER_STATES)
+        matcher = llguidance.LLMatcher(self.tokenizer, grammar, log_level=0, limits=limits)
+        if not matcher.is_error():
+            # the first mask is where the library's runtime limits show (a row of 10,000
+            # optional keys): a 400 now, never a failure once the answer has begun
+            matcher.compute_bitmask()
         if matcher.is_error():
             raise BadRequest(f"the output format cannot be enforced: {matcher.get_error()}",
                              param=param)
+        # the memory a compiled grammar holds, estimated by what the compile took
+        size = max(len(grammar), _rss() - before)
+        _trim()  # what the compile freed goes back to the system, not to this thread's arena
         with self._lock:
-            self._compiled[grammar] = matcher
-            while len(self._compiled) > CACHE_SIZE:
-                self._compiled.popitem(last=False)
+            if grammar not in self._compiled:
+                self._compiled[grammar] = (matcher, size)
+                self._bytes += size
+            # the newest stays (its generation is about to start() from it)
+            while len(self._compiled) > 1 and (len(self._compiled) > CACHE_SIZE
+                                               or self._bytes > CACHE_BYTES):
+                self._bytes -= self._compiled.popitem(last=False)[1][1]
         return matcher
+
+    @property
+    def cached_bytes(self) -> int:
+        """The estimated memory of the grammars kept (CACHE_BYTES at most)."""
+        return self._bytes
+
+
+def _trim() -> None:
+    """glibc's malloc_trim(0): freed heap pages back to the system (each grammar thread has
+    its own malloc arena, which otherwise keeps what a large compile freed). ctypes
+    releases the GIL for the call; elsewhere (no glibc) nothing."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _libc() -> Any:
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+
+
+_LIBC = _libc()
+
+
+def _rss() -> int:
+    """This process's resident memory in bytes (Linux; 0 elsewhere: then the text's size
+    stands for a grammar's)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def build_in_background(build: Callable[[], Guides], name: str
@@ -108,8 +166,10 @@ def build_in_background(build: Callable[[], Guides], name: str
 class Guide:
     """One generation's place in its grammar."""
 
-    def __init__(self, matcher: llguidance.LLMatcher, guides: Guides) -> None:
+    def __init__(self, matcher: llguidance.LLMatcher, guides: Guides,
+                 param: str = "response_format") -> None:
         self._matcher = matcher
+        self._param = param
         self._n_vocab = guides.n_vocab
         words = (guides.n_vocab + 31) // 32
         self._mask = np.zeros(words, dtype=np.uint32)
@@ -133,6 +193,16 @@ class Guide:
     @property
     def error(self) -> str:
         return str(self._matcher.get_error())
+
+    def failure(self) -> TokenpipeError:
+        """What a refused token means: past one of the library's limits (a row or a step
+        too large for this schema), the client's schema: a 400 naming its field; otherwise
+        a bug of ours, an engine_error."""
+        error = self.error
+        if any(word in error for word in _LIMIT_WORDS):
+            return BadRequest(f"the output format is too large for the grammar library "
+                              f"mid-answer: {error}", param=self._param)
+        return EngineError(f"the output format's grammar failed: {error}")
 
     @property
     def done(self) -> bool:

@@ -17,14 +17,15 @@ OpenAI's shape, any other gets them in a generic system section
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 from typing import Any
 
 from ..errors import BadRequest
 from ..text import ToolCallSplitter
-from ..types import GenerationRequest, Message, OutputFormat, Tool, ToolCall
-from .grammars import WHITESPACE, bounded
+from ..types import GenerationRequest, Message, OutputFormat, Tool, ToolCall, ToolChoice
+from .grammars import WHITESPACE, enforced_schema
 
 OPEN = "<tool_call>\n"
 HEAD = '{"name": "'
@@ -70,7 +71,7 @@ def tools_lark(request: GenerationRequest, param: str = "tools") -> str:
         head = json.dumps(f"{OPEN}{HEAD}{tool.name}{MID}")
         rules.append(f"call_{i}: {head} args_{i} {json.dumps(CLOSE)}")
         rules.append(f"args_{i}: %json {schema}")
-    calls = f'call ({json.dumps(BETWEEN)} call)*' if choice.parallel else "call"
+    calls = f'call ({json.dumps(BETWEEN)} call)*' if several_calls(choice) else "call"
     text = text_rule(request.format)
     if choice.mode == "none":
         start = "start: answer"
@@ -81,31 +82,50 @@ def tools_lark(request: GenerationRequest, param: str = "tools") -> str:
     return "\n".join([start, f"calls: {calls}", *rules, text])
 
 
+def resolved_choice(choice: ToolChoice, parallel_default: bool) -> ToolChoice:
+    """`choice` with `parallel` decided: a named function is one call; `required` is one call
+    unless the client asked for more; `auto` takes the server's default where the client
+    said nothing (as llama-server's parallel_tool_calls, false unless set)."""
+    if choice.mode == "function":
+        parallel = False
+    elif choice.mode == "required":
+        parallel = choice.parallel is True
+    else:
+        parallel = parallel_default if choice.parallel is None else choice.parallel
+    return choice if parallel is choice.parallel else dataclasses.replace(choice,
+                                                                          parallel=parallel)
+
+
+def several_calls(choice: ToolChoice) -> bool:
+    """Whether an answer may hold more than one call (a named function: never)."""
+    return choice.parallel is True and choice.mode != "function"
+
+
 def text_rule(fmt: OutputFormat | None) -> str:
     """The answer other than calls: JSON under the format, or any text without the tag."""
     if fmt is None:
         return ("answer: TEXT\n"
                 f"TEXT: /(?s:.*)/ & ~/(?s:.*){OPEN.strip()}(?s:.*)/")
     schema = '{"type": "object"}' if fmt.kind == "json_object" else (fmt.schema or "{}")
-    return f"answer: %json {_with_whitespace(json.loads(schema))}"
+    return f"answer: %json {_with_whitespace(json.loads(schema), 'response_format')}"
 
 
 def _arguments_schema(tool: Tool, param: str) -> str:
     try:
         schema = json.loads(tool.parameters)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise BadRequest(f"the parameters of {tool.name!r} are not JSON", param=param) from None
     if not isinstance(schema, dict) or schema.get("type", "object") != "object":
         raise BadRequest(f"the parameters of {tool.name!r} must be a JSON Schema of an "
                          'object ("type": "object")', param=param)
-    return _with_whitespace({"type": "object", **schema})
+    return _with_whitespace({"type": "object", **schema}, param)
 
 
-def _with_whitespace(schema: Any) -> str:
+def _with_whitespace(schema: Any, param: str) -> str:
     if not isinstance(schema, dict):
         schema = {} if schema is True else {"not": {}}
-    return json.dumps({**bounded(schema), "x-guidance": {"whitespace_pattern": WHITESPACE}},
-                      ensure_ascii=False)
+    return json.dumps({**enforced_schema(schema, param),
+                       "x-guidance": {"whitespace_pattern": WHITESPACE}}, ensure_ascii=False)
 
 
 # ---- the prompt -------------------------------------------------------------------------

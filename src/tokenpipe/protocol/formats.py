@@ -111,8 +111,8 @@ ToolChoiceField = Literal["none", "auto", "required"] | NamedToolChoice | None
 def tool_choice_of(choice: ToolChoiceField, parallel: bool | None) -> ToolChoice:
     """tool_choice and parallel_tool_calls as the core's ToolChoice (absent: auto)."""
     if isinstance(choice, NamedToolChoice):
-        return ToolChoice("function", choice.function.name, parallel is not False)
-    return ToolChoice(choice or "auto", None, parallel is not False)
+        return ToolChoice("function", choice.function.name, parallel)
+    return ToolChoice(choice or "auto", None, parallel)
 
 
 def check_tools(tools: list[ToolSpec] | None, choice: ToolChoiceField) -> None:

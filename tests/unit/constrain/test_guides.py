@@ -175,3 +175,27 @@ def test_rows_wider_than_the_vocabulary_never_allow_the_padding(guides: Guides,
     guide.constrain(logits)
     assert np.all(np.isneginf(logits[vocab.n:]))
     assert np.any(logits[: vocab.n] == 0)
+
+
+@pytest.mark.parametrize(("extra", "admitted"), [(None, False), (False, False), (True, True),
+                                                 ({"type": "integer"}, True)])
+def test_an_object_admits_undeclared_keys_only_when_its_schema_says_so(
+        guides: Guides, extra: object, admitted: bool) -> None:
+    """The grammar itself (not a check after the fact): with no additionalProperties, the
+    mask never lets a key the schema does not declare be written (constrain/schemas.py)."""
+    import llguidance
+
+    value: dict[str, object] = {"type": "object", "properties": {"a": {"type": "string"}},
+                                "required": ["a"]}
+    if extra is not None:
+        value["additionalProperties"] = extra
+    grammar = grammar_of(schema(value))
+
+    def whole(text: str) -> bool:
+        tokens = guides.tokenizer.tokenize_str(text)
+        matcher = llguidance.LLMatcher(guides.tokenizer, grammar, log_level=0)
+        return matcher.validate_tokens(tokens) == len(tokens) and (
+            matcher.consume_tokens(tokens) and matcher.is_accepting())
+
+    assert whole('{"a": "x"}')
+    assert whole('{"a": "x", "b": 1}') is admitted

@@ -332,7 +332,7 @@ class LlamaCppEngine(Engine):
                                    seq.prompt, self.info.context_tokens)
         grammar = grammar_for(request, inside=opens_thinking(seq.prepared))
         if grammar is not None:  # checked in prepare(): compiled and cached
-            seq.guide = self._guides.result().start(grammar[0])
+            seq.guide = self._guides.result().start(*grammar)
         return True
 
     def _release(self, seq: Seq) -> None:
@@ -444,7 +444,7 @@ class LlamaCppEngine(Engine):
             if guide is not None and not guide.accept(token):  # this generation alone
                 active.remove(seq)
                 self._release(seq)
-                return [EngineError(f"the output format's grammar failed: {guide.error}")]
+                return [guide.failure()]  # the library's limit: a 400 naming the field
             if guide is not None and guide.done:  # nothing but the end may follow
                 finish = FinishReason.STOP
             elif seq.generated >= seq.max_tokens:

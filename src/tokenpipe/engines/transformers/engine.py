@@ -310,7 +310,7 @@ class TransformersEngine(Engine):
             seq.detok = self._detokenizer(prompt)
             grammar = grammar_for(request, inside=opens_thinking(seq.prepared))
             if grammar is not None:  # checked in prepare(): compiled and cached
-                seq.guide = self._guides.result().start(grammar[0])
+                seq.guide = self._guides.result().start(*grammar)
         long = [s for s in group if s.prepared.prompt_tokens > PROGRESS_TOKENS]
         for seq in long:  # one forward does the whole prefill: its start, then its end
             seq.out.append(EngineProgress(0, seq.prepared.prompt_tokens))
@@ -400,8 +400,7 @@ class TransformersEngine(Engine):
                 seq.out.append(EngineText(text))
             guide = seq.guide
             if guide is not None and not guide.accept(token):  # this generation alone
-                seq.out.append(EngineError(f"the output format's grammar failed: "
-                                           f"{guide.error}"))
+                seq.out.append(guide.failure())  # the library's limit: a 400
                 return False
             if guide is not None and guide.done:  # nothing but the end may follow
                 finish = FinishReason.STOP

@@ -192,7 +192,8 @@ class ToolChoiceSpec(_Body):
     def to_choice(self) -> ToolChoice:
         mode = {"auto": "auto", "any": "required", "tool": "function", "none": "none"}
         return ToolChoice(mode[self.type], self.name,  # type: ignore[arg-type]
-                          not self.disable_parallel_tool_use)
+                          None if self.disable_parallel_tool_use is None
+                          else not self.disable_parallel_tool_use)
 
 
 class ThinkingConfig(_Body):

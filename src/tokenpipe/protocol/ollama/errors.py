@@ -18,6 +18,8 @@ from ..common import BadBody
 _STATUS = {"overloaded": 503, "too_many_streams": 503}
 # the core's words for a parameter, as an Ollama request says them
 _WORDS = {"max_tokens": (("limits.max_tokens is", "at most"), ("max_tokens", "num_predict"))}
+# a schema's field, as this door names it: its refusals lead with it (which one is wrong)
+_SCHEMA_FIELDS = {"response_format": "format", "tools": "tools"}
 
 
 def error_json(message: str) -> dict[str, Any]:
@@ -45,6 +47,9 @@ def message_of(exc: TokenpipeError, model: str | None = None) -> str:
     message = exc.message
     for core, ours in _WORDS.get(exc.param or "", ()):
         message = message.replace(core, ours)
+    field = _SCHEMA_FIELDS.get(exc.param or "")
+    if field and exc.code == "bad_request" and not message.startswith(field):
+        message = f"{field}: {message}"
     return message
 
 

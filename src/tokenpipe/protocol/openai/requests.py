@@ -272,8 +272,9 @@ class ChatCompletionRequest(_Sampling):
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = Field(
         default=None, description="auto (default with tools): text or calls; none; "
         "required: at least one call; a named function: a call of it.")
-    parallel_tool_calls: bool | None = Field(default=None, description="false: at most "
-                                             "one call per answer.")
+    parallel_tool_calls: bool | None = Field(default=None, description="true: more than one "
+                                             "call per answer with tool_choice auto or required "
+                                             "(absent: the server's default, false).")
     reasoning_format: Literal["auto", "deepseek", "none"] | None = Field(
         default=None, description="llama.cpp's extra: auto (default) and deepseek put a "
         "thinking section in reasoning_content (and reasoning); none keeps it in content.")

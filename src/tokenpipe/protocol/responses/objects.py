@@ -59,7 +59,7 @@ class ResponseShape:
             "background": bool(body.background), "instructions": body.instructions,
             "max_output_tokens": body.max_output_tokens, "max_tool_calls": None,
             "metadata": body.metadata or {}, "model": model,
-            "parallel_tool_calls": body.parallel_tool_calls is not False,
+            "parallel_tool_calls": body.parallel_tool_calls is True,
             "previous_response_id": body.previous_response_id,
             "reasoning": {"effort": None, "summary": None}, "service_tier": "default",
             "store": body.stored,

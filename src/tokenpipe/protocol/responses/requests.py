@@ -264,8 +264,9 @@ class ResponsesRequest(_Body):
                                                    '"disabled": a prompt that does not fit is '
                                                    "a 400.")
     text: TextConfig | None = None
-    parallel_tool_calls: bool | None = Field(default=None, description="false: at most one "
-                                             "call per answer.")
+    parallel_tool_calls: bool | None = Field(default=None, description="true: more than one "
+                                             "call per answer with tool_choice auto or required "
+                                             "(absent: the server's default, false).")
     tools: Tools | None = Field(default=None, max_length=128, description="Function tools "
                                 "the model may call (generated under a grammar of their "
                                 "schemas).")

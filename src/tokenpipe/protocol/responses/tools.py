@@ -4,7 +4,7 @@
   unlike chat's `{"type": "function", "function": {...}}`); other tool types (web search,
   file search, MCP, ...) are a 400 naming `tools`.
 - `tool_choice`: `"auto"`, `"none"`, `"required"` or `{"type": "function", "name"}`;
-  `parallel_tool_calls: false` allows one call.
+  one call unless `parallel_tool_calls: true` (constrain/tools.py).
 - Input items `{"type": "function_call", "call_id", "name", "arguments"}` (a call the model
   made, as its output listed it) and `{"type": "function_call_output", "call_id",
   "output"}` (its result): the history's assistant calls and `tool` turns.
@@ -68,8 +68,8 @@ ChoiceField = Literal["none", "auto", "required"] | NamedFunction | None
 
 def tool_choice_of(choice: ChoiceField, parallel: bool | None) -> ToolChoice:
     if isinstance(choice, NamedFunction):
-        return ToolChoice("function", choice.name, parallel is not False)
-    return ToolChoice(choice or "auto", None, parallel is not False)
+        return ToolChoice("function", choice.name, parallel)
+    return ToolChoice(choice or "auto", None, parallel)
 
 
 def check_tools(tools: list[FunctionTool] | None, choice: ChoiceField) -> None:
