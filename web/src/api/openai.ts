@@ -5,6 +5,7 @@
 import { authHeaders } from './auth';
 import { errorFromOpenAiBody } from './errors';
 import { type ReadAnswer, type Settle, startGeneration } from './httpGeneration';
+import { asideTo } from './aside';
 import { SseDecoder } from './sse';
 import type { FinishReason, GenerationHandle, GenerationHandlers, GenerationRequest, Transport, Usage } from './types';
 
@@ -112,7 +113,7 @@ export class OpenAiClient implements Transport {
       settle(() => handlers.onInterrupted('The server sent no stream.'));
       return;
     }
-    const decoder = new SseDecoder();
+    const decoder = new SseDecoder(asideTo(handlers));
     let finishReason: FinishReason = 'stop';
     let usage: Usage | undefined;
     let started = false;

@@ -3,6 +3,7 @@
  * stored (`store: false`: the page keeps its own history): the "Responses" transport.
  */
 import { type Settle, startGeneration } from './httpGeneration';
+import { asideTo } from './aside';
 import { SseDecoder } from './sse';
 import type { ApiError, EndInfo, FinishReason, GenerationHandle, GenerationHandlers, GenerationRequest, Transport, Usage } from './types';
 
@@ -136,7 +137,7 @@ export class ResponsesClient implements Transport {
       return;
     }
     const events = new ResponsesEventReader(handlers);
-    const decoder = new SseDecoder();
+    const decoder = new SseDecoder(asideTo(handlers));
     let outcome: ReaderOutcome | null = null;
     try {
       while (!outcome) {

@@ -11,6 +11,9 @@ export interface SseEvent {
 }
 
 export class SseDecoder {
+  /** `onComment`: each comment line's text after the colon (tokenpipe says queue places and prefill progress there). */
+  constructor(private readonly onComment?: (text: string) => void) {}
+
   private readonly decoder = new TextDecoder('utf-8');
   private line = '';
   private skipLineFeed = false;
@@ -65,7 +68,10 @@ export class SseDecoder {
 
   private processLine(line: string): SseEvent | null {
     if (line === '') return this.dispatch();
-    if (line.startsWith(':')) return null;
+    if (line.startsWith(':')) {
+      this.onComment?.(line.slice(1).trimStart());
+      return null;
+    }
     const colon = line.indexOf(':');
     const field = colon === -1 ? line : line.slice(0, colon);
     let value = colon === -1 ? '' : line.slice(colon + 1);

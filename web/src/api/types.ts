@@ -73,6 +73,8 @@ export interface EndInfo {
  */
 export interface GenerationHandlers {
   onQueued?(position: number): void;
+  /** A long prompt's prefill so far: `done` of its `total` prompt tokens read (before the first delta). */
+  onProgress?(done: number, total: number): void;
   /** `stream`: the token a reloaded page resumes this answer with (tokenpipe.v1 only). */
   onStart?(info: { model?: string; promptTokens?: number | null; stream?: string }): void;
   onDelta(text: string, meta?: DeltaMeta): void;

@@ -16,6 +16,7 @@ function recorder() {
   const handlers: GenerationHandlers = {
     onQueued: (position) => events.push(`queued:${position}`),
     onStart: () => events.push('start'),
+    onProgress: (done, total) => events.push(`progress:${done}/${total}`),
     onDelta: (delta) => {
       text += delta;
       events.push(`delta:${delta}`);
@@ -159,6 +160,21 @@ describe('TokenpipeSocket generations', () => {
     current().receive({ type: 'queued', id, position: 1 });
     current().receive({ type: 'start', id });
     expect(rec.events).toEqual(['queued:3', 'queued:1', 'start']);
+  });
+
+  it('passes prefill progress through, and drops frames that are not numbers', () => {
+    const { client, current } = setup();
+    client.connect();
+    openWithHello(current());
+    const rec = recorder();
+    client.generate(REQUEST, rec.handlers);
+    const id = current().sent[0]?.id;
+    current().receive({ type: 'start', id });
+    current().receive({ type: 'progress', id, prompt_tokens_done: 512, prompt_tokens: 1300 });
+    current().receive({ type: 'progress', id, prompt_tokens_done: '1024', prompt_tokens: 1300 });
+    current().receive({ type: 'progress', id, prompt_tokens_done: 1300, prompt_tokens: 1300 });
+    current().receive({ type: 'delta', id, seq: 0, text: 'A' });
+    expect(rec.events).toEqual(['start', 'progress:512/1300', 'progress:1300/1300', 'delta:A']);
   });
 
   it('cancels with a cancel frame and ends on the server end frame', () => {

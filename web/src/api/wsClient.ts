@@ -288,6 +288,9 @@ export class TokenpipeSocket implements Transport {
       case 'queued':
         handlers.onQueued?.(frame.position);
         return;
+      case 'progress':
+        handlers.onProgress?.(frame.prompt_tokens_done, frame.prompt_tokens);
+        return;
       case 'start':
         if (generation.phase === 'resuming') clearTimeout(generation.timer);
         generation.phase = 'started';

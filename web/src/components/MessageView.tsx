@@ -8,6 +8,7 @@ import { useFrameClock } from './useFrameClock';
 import { ChevronLeft, ChevronRight, FastForward, Pencil, RefreshCw, RotateCcw, Trash2 } from 'lucide-react';
 import { Markdown } from './Markdown';
 import { ReasoningView, ToolCallCards } from './AnswerParts';
+import { WaitingStatus } from './WaitingStatus';
 
 export interface MessageActions {
   onEdit(messageId: string, content: string): void;
@@ -123,19 +124,10 @@ function UserMessage({ message, canChange, actions, version, versionCount }: Omi
   );
 }
 
-function AnswerStatus({ message }: { message: Message }) {
+function AnswerStatus({ message, now }: { message: Message; now: number }) {
   switch (message.status) {
     case 'waiting':
-      return (
-        <p className="answer-status" role="status">
-          <span className="typing" aria-hidden="true">
-            <i />
-            <i />
-            <i />
-          </span>
-          {message.queuePosition !== undefined ? `In the queue: position ${message.queuePosition}` : 'Waiting for the model…'}
-        </p>
-      );
+      return <WaitingStatus message={message} now={now} />;
     case 'stopped':
       return <p className="badge badge-stopped">Stopped</p>;
     case 'interrupted':
@@ -165,14 +157,14 @@ function AnswerStatus({ message }: { message: Message }) {
 
 function AssistantMessage({ message, canChange, offline, actions, version, versionCount }: MessageViewProps) {
   const streaming = message.status === 'streaming' || message.status === 'waiting';
-  const now = useFrameClock(message.status === 'streaming');
+  const now = useFrameClock(streaming);
   const figures = streaming ? liveParts(message, now) : message.stats ? statsParts(message.stats, message.model) : null;
   return (
     <article className="message assistant" aria-label="Answer" aria-busy={streaming} data-status={message.status}>
       {message.reasoning ? <ReasoningView message={message} /> : null}
       {message.content ? <Markdown text={message.content} streaming={streaming} /> : null}
       <ToolCallCards message={message} />
-      <AnswerStatus message={message} />
+      <AnswerStatus message={message} now={now} />
       <div className="message-footer">
         {streaming ? (
           <>

@@ -79,6 +79,7 @@ export function useGeneration(dispatch: Dispatch<ChatAction>, transport: Transpo
       };
       return {
         onQueued: (position) => dispatch({ type: 'answer/queued', ...ref, position }),
+        onProgress: (done, total) => dispatch({ type: 'answer/progress', ...ref, done, total, at: Date.now() }),
         onStart: (info) => dispatch({ type: 'answer/started', ...ref, model: info.model, ...(info.stream ? { stream: info.stream } : {}) }),
         onDelta: (text, meta) => {
           clock.firstTokenAt ??= performance.now();

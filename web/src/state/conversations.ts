@@ -6,6 +6,7 @@ import type { ApiError, FinishReason, TransportKind, WireMessage } from '../api/
 import { addVersion, allMessages, removeMessage, stepVersion, switchVersion } from './branches';
 import { withDropped } from './context';
 import { mergeCalls, type ToolCall, type ToolCallPiece } from './parts';
+import { withReport, type PrefillProgress } from './progress';
 
 export type AnswerStatus = 'waiting' | 'streaming' | 'done' | 'stopped' | 'error' | 'interrupted';
 
@@ -28,6 +29,10 @@ export interface Message {
   createdAt: number;
   status?: AnswerStatus;
   queuePosition?: number;
+  /** A long prompt's prefill while the answer waits for its first token. */
+  prefill?: PrefillProgress;
+  /** When this answer was last asked for (Date.now; a Continue asks again): the wait is timed from it. */
+  requestedAt?: number;
   finishReason?: FinishReason;
   error?: ApiError;
   /** Why an answer was interrupted, in words. */
@@ -117,6 +122,7 @@ export type ChatAction =
   /** Go on with a partial answer that cannot be resumed: it is sent back as the start of the turn. */
   | ({ type: 'answer/continue' } & AnswerRef)
   | ({ type: 'answer/queued'; position: number } & AnswerRef)
+  | ({ type: 'answer/progress'; done: number; total: number; at: number } & AnswerRef)
   | ({ type: 'answer/started'; model?: string; stream?: string } & AnswerRef)
   | ({ type: 'answer/append'; text: string; seq?: number; deltas?: number; at?: number; reasoning?: string; calls?: ToolCallPiece[] } & AnswerRef)
   | ({ type: 'answer/finished'; finishReason: FinishReason; stats?: AnswerStats; at?: number } & AnswerRef)
@@ -201,7 +207,7 @@ function whileRunning(update: (message: Message) => Message): (message: Message)
 }
 
 function settle(message: Message, fields: Partial<Message>): Message {
-  const { queuePosition: _dropped, ...rest } = message;
+  const { queuePosition: _dropped, prefill: _read, ...rest } = message;
   return { ...rest, ...fields };
 }
 
@@ -343,6 +349,15 @@ export function chatReducer(state: ChatState, action: ChatAction): ChatState {
     }
     case 'answer/queued':
       return updateAnswer(state, action, whileRunning((m) => ({ ...m, status: 'waiting', queuePosition: action.position })));
+    case 'answer/progress':
+      return updateAnswer(
+        state,
+        action,
+        whileRunning((m) => {
+          const { queuePosition: _q, ...rest } = m; // reading the prompt: out of the queue
+          return { ...rest, status: 'waiting', prefill: withReport(m.prefill, action.done, action.total, action.at) };
+        }),
+      );
     case 'answer/started':
       return updateAnswer(
         state,
