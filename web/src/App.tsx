@@ -4,13 +4,13 @@ import { Composer } from './components/Composer';
 import { ModelPicker } from './components/ModelPicker';
 import { ConnectionBanner, ConnectionStatus } from './components/ConnectionStatus';
 import { MessageList } from './components/MessageList';
-import type { MessageActions } from './components/MessageView';
 import { SettingsDialog } from './components/SettingsDialog';
 import { Sidebar } from './components/Sidebar';
 import { TransportSwitch } from './components/TransportSwitch';
 import { UndoToast } from './components/UndoToast';
 import { useConversations } from './hooks/useConversations';
 import { useGeneration } from './hooks/useGeneration';
+import { useMessageActions, type ActionContext } from './hooks/useMessageActions';
 import { useSettings } from './hooks/useSettings';
 import { useTransport } from './hooks/useTransport';
 import { ContextMeter } from './components/ContextMeter';
@@ -18,7 +18,7 @@ import { OverflowOffer } from './components/OverflowOffer';
 import { useContextBudget } from './hooks/useContextBudget';
 import { answerRoom, idsOf, overflows, planDrop, turnsBefore, type DropPlan } from './state/context';
 import { promptWithDraft, questionOf, restamped, type AskAction } from './state/asking';
-import { chatReducer, continuationOf, historyBefore, isRunning, type ChatAction, type ChatState, type Message } from './state/conversations';
+import { chatReducer, historyBefore, isRunning, type ChatAction, type ChatState, type Message } from './state/conversations';
 import { samplingParams, type Settings } from './state/settings';
 
 function newId(prefix: string): string {
@@ -171,45 +171,10 @@ export function App() {
     [ask, dispatch],
   );
 
-  const actions: MessageActions = useMemo(
-    () => ({
-      onEdit(messageId, content) {
-        const id = latest.current.state.activeId;
-        if (!id) return;
-        const now = Date.now();
-        const user: Message = { id: newId('u'), role: 'user', content, createdAt: now };
-        void ask({ type: 'edit', conversationId: id, messageId, user, assistant: placeholderAnswer(now), now });
-      },
-      onRegenerate(messageId) {
-        const id = latest.current.state.activeId;
-        if (!id) return;
-        const now = Date.now();
-        void ask({ type: 'regenerate', conversationId: id, messageId, assistant: placeholderAnswer(now), now });
-      },
-      onVersion(messageId, step) {
-        const id = latest.current.state.activeId;
-        if (id) dispatch({ type: 'version', conversationId: id, messageId, step });
-      },
-      onDelete(messageId) {
-        const id = latest.current.state.activeId;
-        if (id) dispatch({ type: 'deleteMessage', conversationId: id, messageId });
-      },
-      onContinue(messageId) {
-        const { state: current, settings: s, generation: g, models: known } = latest.current;
-        const conversation = current.activeId ? current.conversations[current.activeId] : undefined;
-        const messages = conversation && continuationOf(conversation, messageId, s.systemPrompt);
-        if (!conversation || !messages) return;
-        const action = { type: 'answer/continue', conversationId: conversation.id, messageId } as const;
-        if (chatReducer(current, action) === current) return;
-        dispatch(action);
-        setFollowToken((t) => t + 1);
-        const model = modelFor(s, known);
-        // The partial answer is the last, assistant, message: the server continues that turn (assistant prefill).
-        g.start(conversation.id, messageId, { messages, params: samplingParams(s), ...(model ? { model } : {}) });
-      },
-    }),
-    [ask, dispatch],
-  );
+  const follow = useCallback(() => setFollowToken((t) => t + 1), []);
+  const actionContext = useRef<ActionContext>({ state, settings, generation, model: modelFor(settings, models) });
+  actionContext.current = { state, settings, generation, model: modelFor(settings, models) };
+  const actions = useMessageActions({ latest: actionContext, dispatch, ask, newId, placeholder: placeholderAnswer, follow });
 
   // Answers that were running when the page was reloaded: go on with those the server can
   // resume, and say so for the others (settled once: the reducer ignores a settled answer).

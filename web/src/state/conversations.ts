@@ -5,8 +5,11 @@
 import type { ApiError, FinishReason, TransportKind, WireMessage } from '../api/types';
 import { addVersion, allMessages, removeMessage, stepVersion, switchVersion } from './branches';
 import { withDropped } from './context';
-import { mergeCalls, type ToolCall, type ToolCallPiece } from './parts';
-import { withReport, type PrefillProgress } from './progress';
+import { appended, canContinue, ended, isRunning, progressed, settle, whileRunning } from './answers';
+import type { ToolCall, ToolCallPiece } from './parts';
+import type { PrefillProgress } from './progress';
+
+export { canContinue, editedAnswer, isRunning } from './answers';
 
 export type AnswerStatus = 'waiting' | 'streaming' | 'done' | 'stopped' | 'error' | 'interrupted';
 
@@ -51,6 +54,8 @@ export interface Message {
   reasoningStartedAt?: number;
   /** When the thinking ended: the first text or call after it, or the end of the answer. */
   reasoningEndedAt?: number;
+  /** The user rewrote this answer: Continue goes on from their text. */
+  edited?: boolean;
   /** The calls the model made; this page runs none of them. */
   toolCalls?: ToolCall[];
 }
@@ -120,7 +125,9 @@ export type ChatAction =
   /** A new version of the answer `messageId` (default: the last one). */
   | { type: 'regenerate'; conversationId: string; messageId?: string; assistant: Message; now: number }
   /** Go on with a partial answer that cannot be resumed: it is sent back as the start of the turn. */
-  | ({ type: 'answer/continue' } & AnswerRef)
+  | ({ type: 'answer/continue'; at?: number } & AnswerRef)
+  /** A new version of the answer `messageId` with the user's text (`answer` from editedAnswer). */
+  | { type: 'editAnswer'; conversationId: string; messageId: string; answer: Message; now: number }
   | ({ type: 'answer/queued'; position: number } & AnswerRef)
   | ({ type: 'answer/progress'; done: number; total: number; at: number } & AnswerRef)
   | ({ type: 'answer/started'; model?: string; stream?: string } & AnswerRef)
@@ -128,17 +135,6 @@ export type ChatAction =
   | ({ type: 'answer/finished'; finishReason: FinishReason; stats?: AnswerStats; at?: number } & AnswerRef)
   | ({ type: 'answer/failed'; error: ApiError; stats?: AnswerStats; at?: number } & AnswerRef)
   | ({ type: 'answer/interrupted'; reason: string; unresumable?: boolean; stats?: AnswerStats; at?: number } & AnswerRef);
-
-const RUNNING: ReadonlySet<AnswerStatus | undefined> = new Set<AnswerStatus | undefined>(['waiting', 'streaming']);
-
-export function isRunning(message: Message): boolean {
-  return message.role === 'assistant' && RUNNING.has(message.status);
-}
-
-/** A partial answer the model can go on with (assistant prefill): it ended before the model finished. */
-export function canContinue(message: Message): boolean {
-  return message.role === 'assistant' && (message.status === 'interrupted' || message.status === 'error') && message.content.trim() !== '';
-}
 
 /** The messages for Continue: the history before the answer, then the partial answer as the last, assistant, turn. */
 export function continuationOf(conversation: Conversation, messageId: string, fallbackSystemPrompt = ''): WireMessage[] | null {
@@ -199,16 +195,6 @@ function updateAnswer(state: ChatState, ref: AnswerRef, update: (message: Messag
   messages[index] = updated;
   // Only the changed message gets a new identity, so memoised siblings do not re-render.
   return replace(state, { ...conversation, messages });
-}
-
-/** Events that arrive after an answer settled (a late delta after Stop) change nothing. */
-function whileRunning(update: (message: Message) => Message): (message: Message) => Message {
-  return (message) => (isRunning(message) ? update(message) : message);
-}
-
-function settle(message: Message, fields: Partial<Message>): Message {
-  const { queuePosition: _dropped, prefill: _read, ...rest } = message;
-  return { ...rest, ...fields };
 }
 
 /** Running answers of a conversation settled with `fields`; those `keep` accepts stay. */
@@ -338,13 +324,19 @@ export function chatReducer(state: ChatState, action: ChatAction): ChatState {
     case 'edit':
     case 'regenerate':
       return editOrRegenerate(state, action);
+    case 'editAnswer': {
+      const conversation = state.conversations[action.conversationId];
+      const index = conversation?.messages.findIndex((m) => m.id === action.messageId && m.role === 'assistant') ?? -1;
+      if (!conversation || index < 0 || conversation.messages.some(isRunning)) return state;
+      return touch(state, { ...addVersion(conversation, index, action.answer), updatedAt: action.now });
+    }
     case 'answer/continue': {
       const conversation = state.conversations[action.conversationId];
       if (!conversation || conversation.messages.some(isRunning)) return state;
       return updateAnswer(state, action, (m) => {
         if (!canContinue(m)) return m;
-        const { note: _n, unresumable: _u, error: _e, stats: _s, streamedTokens: _t, firstTokenAt: _f, finishReason: _r, ...rest } = m;
-        return { ...rest, status: 'waiting' };
+        const { note: _n, unresumable: _u, error: _e, stats: _s, streamedTokens: _t, firstTokenAt: _f, finishReason: _r, edited: _d, ...rest } = m;
+        return { ...rest, status: 'waiting', ...(action.at !== undefined ? { requestedAt: action.at } : {}) };
       });
     }
     case 'answer/queued':
@@ -353,10 +345,7 @@ export function chatReducer(state: ChatState, action: ChatAction): ChatState {
       return updateAnswer(
         state,
         action,
-        whileRunning((m) => {
-          const { queuePosition: _q, ...rest } = m; // reading the prompt: out of the queue
-          return { ...rest, status: 'waiting', prefill: withReport(m.prefill, action.done, action.total, action.at) };
-        }),
+        whileRunning((m) => progressed(m, action.done, action.total, action.at)),
       );
     case 'answer/started':
       return updateAnswer(
@@ -392,36 +381,3 @@ export function chatReducer(state: ChatState, action: ChatAction): ChatState {
   }
 }
 
-/** One batch of deltas: text, thinking and call fragments, each where it belongs. */
-function appended(m: Message, action: Extract<ChatAction, { type: 'answer/append' }>): Message {
-  const next: Message = {
-    ...settle(m, {}),
-    status: 'streaming',
-    content: m.content + action.text,
-    streamedTokens: (m.streamedTokens ?? 0) + (action.deltas ?? 1),
-    ...((m.firstTokenAt ?? action.at) !== undefined ? { firstTokenAt: m.firstTokenAt ?? action.at } : {}),
-    ...(m.resume && action.seq !== undefined ? { resume: { ...m.resume, seq: action.seq } } : {}),
-  };
-  if (action.reasoning) {
-    next.reasoning = (m.reasoning ?? '') + action.reasoning;
-    const startedAt = m.reasoningStartedAt ?? action.at;
-    if (startedAt !== undefined) next.reasoningStartedAt = startedAt;
-  }
-  if (action.calls?.length) next.toolCalls = mergeCalls(m.toolCalls, action.calls);
-  // The thinking is over once the answer itself (text or a call) begins.
-  const answerBegan = action.text !== '' || (action.calls?.length ?? 0) > 0;
-  if (answerBegan && next.reasoning && next.reasoningEndedAt === undefined && action.at !== undefined) next.reasoningEndedAt = action.at;
-  return next;
-}
-
-/** A settled answer: nothing left to resume, and thinking that was still going ends here. */
-function ended(message: Message, at: number | undefined): Message {
-  const done = dropResume(message);
-  return done.reasoning && done.reasoningEndedAt === undefined && at !== undefined ? { ...done, reasoningEndedAt: at } : done;
-}
-
-/** A settled answer has nothing left to resume. */
-function dropResume(message: Message): Message {
-  const { resume: _gone, ...rest } = message;
-  return rest;
-}
