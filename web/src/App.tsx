@@ -18,8 +18,10 @@ import { OverflowOffer } from './components/OverflowOffer';
 import { useContextBudget } from './hooks/useContextBudget';
 import { answerRoom, idsOf, overflows, planDrop, turnsBefore, type DropPlan } from './state/context';
 import { promptWithDraft, questionOf, restamped, type AskAction } from './state/asking';
-import { chatReducer, historyBefore, isRunning, type ChatAction, type ChatState, type Message } from './state/conversations';
+import { chatReducer, historyBefore, isRunning, type ChatAction, type ChatState, type Conversation, type Message } from './state/conversations';
+import type { GenerationRequest } from './api/types';
 import { samplingParams, type Settings } from './state/settings';
+import { NEW_CONVERSATION } from './state/drafts';
 
 function newId(prefix: string): string {
   // crypto.randomUUID needs a secure context; a LAN address over http is not one.
@@ -47,9 +49,9 @@ interface Offer {
 
 export function App() {
   const [settings, updateSettings] = useSettings();
-  const [state, dispatch] = useConversations();
-  const { transport, connection, socket, httpModels } = useTransport(settings.transport, settings.apiKey);
-  const generation = useGeneration(dispatch, transport);
+  const [state, dispatch, persist] = useConversations();
+  const { transport, connection, socket, httpModels, resumers } = useTransport(settings.transport, settings.apiKey);
+  const generation = useGeneration(dispatch, transport, resumers);
   const [settingsOpen, setSettingsOpen] = useState(false);
   const [sidebarOpen, setSidebarOpen] = useState(false);
   const [followToken, setFollowToken] = useState(0);
@@ -80,6 +82,15 @@ export function App() {
   const latest = useRef({ state, settings, generation, models, budget, offer });
   latest.current = { state, settings, generation, models, budget, offer };
 
+  /** Ask for an answer once its conversation is written: a reload from now on finds both. */
+  const launch = useCallback(
+    async (conversation: Conversation, messageId: string, request: GenerationRequest) => {
+      await persist(conversation);
+      latest.current.generation.start(conversation.id, messageId, request);
+    },
+    [persist],
+  );
+
   /**
    * Apply an action that creates an answer, then ask for that answer; true if it was asked.
    * The prompt is counted first: one that would overflow the context is not sent, the
@@ -104,15 +115,14 @@ export function App() {
         setOffer({ action, promptTokens: tokens, limit: b.limit, room: answerRoom(s.maxTokens), plan, systemPromptKept: system });
         return false;
       }
-      const { generation: g, models: known } = latest.current;
+      const model = modelFor(s, latest.current.models);
       dispatch(action);
       setOffer(null);
       setFollowToken((t) => t + 1);
-      const model = modelFor(s, known);
-      g.start(conversation.id, action.assistant.id, { messages, params: samplingParams(s), ...(model ? { model } : {}) });
+      await launch(conversation, action.assistant.id, { messages, params: samplingParams(s), ...(model ? { model } : {}) });
       return true;
     },
-    [dispatch],
+    [dispatch, launch],
   );
 
   const asking = useRef(false);
@@ -172,28 +182,29 @@ export function App() {
   );
 
   const follow = useCallback(() => setFollowToken((t) => t + 1), []);
-  const actionContext = useRef<ActionContext>({ state, settings, generation, model: modelFor(settings, models) });
-  actionContext.current = { state, settings, generation, model: modelFor(settings, models) };
-  const actions = useMessageActions({ latest: actionContext, dispatch, ask, newId, placeholder: placeholderAnswer, follow });
+  const actionContext = useRef<ActionContext>({ state, settings, model: modelFor(settings, models) });
+  actionContext.current = { state, settings, model: modelFor(settings, models) };
+  const actions = useMessageActions({ latest: actionContext, dispatch, ask, launch, newId, placeholder: placeholderAnswer, follow });
 
-  // Answers that were running when the page was reloaded: go on with those the server can
-  // resume, and say so for the others (settled once: the reducer ignores a settled answer).
+  // Answers that were running when the page was reloaded go on: resumed by their token, or
+  // asked for again (from the text they had) where the server had not said one yet.
   useEffect(() => {
     if (!state.loaded) return;
-    const { state: current, generation: g } = latest.current;
+    const { state: current, generation: g, settings: s, models: known } = latest.current;
     for (const conversation of Object.values(current.conversations)) {
       for (const message of conversation.messages) {
         if (!isRunning(message) || g.isRunning(message.id)) continue;
-        const ref = { conversationId: conversation.id, messageId: message.id };
-        if (message.resume && g.resume(conversation.id, message.id, message.resume.stream, message.resume.seq)) continue;
-        dispatch({
-          type: 'answer/interrupted',
-          ...ref,
-          reason: message.resume ? 'It can be resumed over the WebSocket transport only.' : 'The page was closed while this answer was arriving.',
-        });
+        if (message.resume) {
+          g.resume(conversation.id, message.id, message.resume);
+          continue;
+        }
+        const history = historyBefore(conversation, message.id, s.systemPrompt);
+        const messages = message.content ? [...history, { role: 'assistant' as const, content: message.content }] : history;
+        const model = modelFor(s, known);
+        g.start(conversation.id, message.id, { messages, params: samplingParams(s), ...(model ? { model } : {}) });
       }
     }
-  }, [state.loaded, generation, dispatch]);
+  }, [state.loaded, generation]);
 
   const closeSidebar = useCallback(() => setSidebarOpen(false), []);
   const menuButton = useRef<HTMLButtonElement>(null);
@@ -305,6 +316,7 @@ export function App() {
             onSend={send}
             onStop={() => runningAnswer && generation.stop(runningAnswer.id)}
             onDraftChange={setDraft}
+            draftKey={state.activeId ?? NEW_CONVERSATION}
             {...(carry ? { carry } : {})}
           />
           <ContextMeter used={budget.used} limit={budget.limit} withDraft={budget.withDraft} room={answerRoom(settings.maxTokens)} />

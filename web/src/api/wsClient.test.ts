@@ -367,7 +367,7 @@ describe('TokenpipeSocket reconnect', () => {
     const { client, current } = setup();
     const rec = recorder();
     const seqs: (number | undefined)[] = [];
-    client.resume('tok-9', 4, { ...rec.handlers, onDelta: (text, meta) => { seqs.push(meta?.seq); rec.handlers.onDelta(text, meta); } });
+    client.resume({ stream: 'tok-9', seq: 4 }, { ...rec.handlers, onDelta: (text, meta) => { seqs.push(meta?.seq); rec.handlers.onDelta(text, meta); } });
     openWithHello(current());
     const sent = current().sent[0];
     expect(sent).toMatchObject({ type: 'resume', stream: 'tok-9', after_seq: 4 });
@@ -386,7 +386,7 @@ describe('TokenpipeSocket reconnect', () => {
     client.connect();
     openWithHello(current());
     const rec = recorder();
-    client.resume('gone', 2, rec.handlers);
+    client.resume({ stream: 'gone', seq: 2 }, rec.handlers);
     const id = current().sent[0]?.id;
     current().receive({ type: 'error', id, code: 'unknown_id', message: 'no resumable generation for that stream token (expired or unknown)' });
     expect(rec.events).toEqual(['interrupted']);

@@ -5,7 +5,7 @@
  */
 import { wsProtocols, WS_PROTOCOL } from './auth';
 import { backoffDelay, DEFAULT_BACKOFF, type BackoffOptions } from './backoff';
-import type { GenerationHandle, GenerationHandlers, GenerationRequest, Transport } from './types';
+import type { GenerationHandle, GenerationHandlers, GenerationRequest, ResumePoint, Transport } from './types';
 import { parseServerFrame, type ClientFrame, type DeltaFrame, type ErrorFrame, type HelloFrame, type ServerFrame } from './wsFrames';
 
 /** The part of the browser's WebSocket this client uses, so tests can pass a fake. */
@@ -161,6 +161,16 @@ export class TokenpipeSocket implements Transport {
     this.setState({ status: 'closed' });
   }
 
+  /**
+   * The page is going away: answers the server has not started yet (no stream token to
+   * resume them by) are cancelled, since the reloaded page asks for them again.
+   */
+  abandonUnstarted(): void {
+    for (const generation of this.active.values()) {
+      if (generation.phase === 'sent' && this.state.status === 'open') this.send({ type: 'cancel', id: generation.id });
+    }
+  }
+
   generate(request: GenerationRequest, handlers: GenerationHandlers): GenerationHandle {
     const generation: ActiveGeneration = {
       id: newGenerationId(),
@@ -182,7 +192,8 @@ export class TokenpipeSocket implements Transport {
    * Attach to a resumable answer started earlier (by a page since reloaded): every delta
    * after `afterSeq` comes again, then it goes on live. `request` is what a retry would send.
    */
-  resume(stream: string, afterSeq: number, handlers: GenerationHandlers): GenerationHandle {
+  resume(point: ResumePoint, handlers: GenerationHandlers): GenerationHandle {
+    const { stream, seq: afterSeq } = point;
     const generation: ActiveGeneration = {
       id: newGenerationId(),
       request: { messages: [], params: {} },

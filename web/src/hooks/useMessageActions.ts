@@ -3,14 +3,12 @@ import { useMemo, type Dispatch, type RefObject } from 'react';
 import type { GenerationRequest } from '../api/types';
 import type { MessageActions } from '../components/MessageView';
 import type { AskAction } from '../state/asking';
-import { chatReducer, continuationOf, editedAnswer, type ChatAction, type ChatState, type Message } from '../state/conversations';
+import { chatReducer, continuationOf, editedAnswer, type ChatAction, type ChatState, type Conversation, type Message } from '../state/conversations';
 import { samplingParams, type Settings } from '../state/settings';
-import type { Generation } from './useGeneration';
 
 export interface ActionContext {
   state: ChatState;
   settings: Settings;
-  generation: Generation;
   /** The model to ask for, as the page picks it. */
   model: string | undefined;
 }
@@ -19,28 +17,32 @@ interface Options {
   latest: RefObject<ActionContext>;
   dispatch: Dispatch<ChatAction>;
   ask(action: AskAction): Promise<boolean>;
+  /** Writes the conversation, then asks for the answer `messageId` of it. */
+  launch(conversation: Conversation, messageId: string, request: GenerationRequest): Promise<void>;
   newId(prefix: string): string;
   placeholder(now: number): Message;
   /** The list scrolls to the newest content. */
   follow(): void;
 }
 
-export function useMessageActions({ latest, dispatch, ask, newId, placeholder, follow }: Options): MessageActions {
+export function useMessageActions({ latest, dispatch, ask, launch, newId, placeholder, follow }: Options): MessageActions {
   return useMemo(() => {
     const activeId = () => latest.current.state.activeId;
     /** Continue the answer `messageId` as it is in `current` (just after an edit: the state about to be). */
     const continueIn = (current: ChatState, messageId: string) => {
-      const { settings: s, generation: g, model } = latest.current;
+      const { settings: s, model } = latest.current;
       const conversation = current.activeId ? current.conversations[current.activeId] : undefined;
       const messages = conversation && continuationOf(conversation, messageId, s.systemPrompt);
       if (!conversation || !messages) return;
       const action = { type: 'answer/continue', conversationId: conversation.id, messageId, at: Date.now() } as const;
-      if (chatReducer(current, action) === current) return;
+      const next = chatReducer(current, action);
+      const continued = next.conversations[conversation.id];
+      if (next === current || !continued) return;
       dispatch(action);
       follow();
       // The partial answer is the last, assistant, message: the server continues that turn (assistant prefill).
       const request: GenerationRequest = { messages, params: samplingParams(s), ...(model ? { model } : {}) };
-      g.start(conversation.id, messageId, request);
+      void launch(continued, messageId, request);
     };
     return {
       onEdit(messageId, content) {
@@ -79,5 +81,5 @@ export function useMessageActions({ latest, dispatch, ask, newId, placeholder, f
         if (andContinue) continueIn(next, action.answer.id);
       },
     };
-  }, [latest, dispatch, ask, newId, placeholder, follow]);
+  }, [latest, dispatch, ask, launch, newId, placeholder, follow]);
 }

@@ -2,7 +2,7 @@
  * Conversations as pure data and one reducer over them: sending, editing, regenerating,
  * and the life of each answer (waiting → streaming → done / stopped / error / interrupted).
  */
-import type { ApiError, FinishReason, TransportKind, WireMessage } from '../api/types';
+import type { ApiError, FinishReason, ResumePoint, TransportKind, WireMessage } from '../api/types';
 import { addVersion, allMessages, removeMessage, stepVersion, switchVersion } from './branches';
 import { withDropped } from './context';
 import { appended, canContinue, ended, isRunning, progressed, settle, whileRunning } from './answers';
@@ -42,8 +42,8 @@ export interface Message {
   note?: string;
   model?: string;
   stats?: AnswerStats;
-  /** A resumable answer's stream token and the seq of the last delta in `content`. */
-  resume?: { stream: string; seq: number };
+  /** A resumable answer's stream token (or background response id) and the seq of the last delta in `content`. */
+  resume?: ResumePoint;
   /** Deltas received so far and when the first came (Date.now), for the live figures. */
   streamedTokens?: number;
   firstTokenAt?: number;
@@ -130,7 +130,7 @@ export type ChatAction =
   | { type: 'editAnswer'; conversationId: string; messageId: string; answer: Message; now: number }
   | ({ type: 'answer/queued'; position: number } & AnswerRef)
   | ({ type: 'answer/progress'; done: number; total: number; at: number } & AnswerRef)
-  | ({ type: 'answer/started'; model?: string; stream?: string } & AnswerRef)
+  | ({ type: 'answer/started'; model?: string; stream?: string; resumeKind?: 'response' } & AnswerRef)
   | ({ type: 'answer/append'; text: string; seq?: number; deltas?: number; at?: number; reasoning?: string; calls?: ToolCallPiece[] } & AnswerRef)
   | ({ type: 'answer/finished'; finishReason: FinishReason; stats?: AnswerStats; at?: number } & AnswerRef)
   | ({ type: 'answer/failed'; error: ApiError; stats?: AnswerStats; at?: number } & AnswerRef)
@@ -205,13 +205,12 @@ function settleRunning(conversation: Conversation, fields: Partial<Message>, kee
   return { ...conversation, messages: conversation.messages.map(fix), ...(offPath ? { offPath } : {}) };
 }
 
-/** An answer that was running when the page went away goes on if it can be resumed. */
+/**
+ * An answer that was running when the page went away goes on (the page resumes it, or asks
+ * again where it had no token yet); one off the branch in view is settled as interrupted.
+ */
 function hydrated(conversation: Conversation): Conversation {
-  return settleRunning(
-    conversation,
-    { status: 'interrupted', note: 'The page was closed while this answer was arriving.' },
-    (m) => m.resume !== undefined && conversation.messages.includes(m),
-  );
+  return settleRunning(conversation, { status: 'interrupted', note: 'The page was closed while this answer was arriving.' }, (m) => conversation.messages.includes(m));
 }
 
 function withUndo(state: ChatState, label: string, conversations: Conversation[]): UndoEntry {
@@ -354,7 +353,7 @@ export function chatReducer(state: ChatState, action: ChatAction): ChatState {
         whileRunning((m) =>
           settle(m, {
             ...(action.model ? { model: action.model } : {}),
-            ...(action.stream ? { resume: { stream: action.stream, seq: m.resume?.seq ?? -1 } } : {}),
+            ...(action.stream ? { resume: { stream: action.stream, seq: m.resume?.seq ?? -1, ...(action.resumeKind ? { kind: action.resumeKind } : {}) } } : {}),
           }),
         ),
       );
