@@ -140,7 +140,7 @@ class ResumableResponse(DoorResponse):
         if previous is not None and previous is not self:
             previous.moved(session)
         after = max(-1, min(self.last - 1, session.next_seq - 1))  # delta s has id s + 1
-        cursor = self._cursor = session.cursor(after)
+        cursor = self._cursor = session.cursor(after, progress=True)  # `: prefill N/M` too
         held.reader, held.cursor = self, cursor
         try:
             await race(self._stream(cursor, send), http_disconnect(receive), settle=False)

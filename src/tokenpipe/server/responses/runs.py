@@ -118,16 +118,29 @@ class Run:
             except Exception:
                 log.exception("could not store background response %s", self.shape.id)
 
+    def _aside(self) -> bytes:
+        """What a stream says before the first delta, as a foreground one does: the queue
+        place (or the model loading), then a long prompt's prefill progress."""
+        s = self.session
+        if s.state is State.QUEUED:
+            return sse.waiting(s.position, s.loading) if s.position or s.loading else b""
+        return sse.progress(s.progress.done, s.progress.total) if s.progress else b""
+
     async def follow(self, after: int, ping_s: float | None) -> AsyncIterator[bytes]:
         """The events numbered above `after`, as they come, to the end; a ping comment
         after ping_s seconds of silence."""
         if after < OPENING - 1:
             yield self.events.opening(after)
         seen = max(after - OPENING, -1)  # the last delta seq this reader has
+        said = b""  # the queue place or prefill progress last said
         while True:
             changed, final = self._changed, self.final
+            out: list[bytes] = []
+            if seen < 0 and final is None and (aside := self._aside()) != said:
+                said = aside  # before the deltas taken next: the last report comes with them
+                out.append(aside)
             deltas = self.session.take_deltas(seen, merge=True)
-            out = [self.events.delta(d.seq, d.text) for d in deltas]
+            out += [self.events.delta(d.seq, d.text) for d in deltas]
             if deltas:
                 seen = deltas[-1].seq
             if final is not None:
