@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { asideTo, parseAside } from './aside';
+import { parseAside, tellAside } from './aside';
 import { SseDecoder } from './sse';
 import type { GenerationHandlers } from './types';
 
@@ -14,7 +14,7 @@ describe('parseAside', () => {
     for (const text of ['ping', 'loading model', 'prefill 9/8', 'prefill 1/0', 'prefill a/b', 'queued']) expect(parseAside(text)).toBeNull();
   });
 
-  it('reaches the handlers through the SSE decoder, cut anywhere', () => {
+  it('reaches the handlers through the SSE decoder in their place among the events, cut anywhere', () => {
     const seen: string[] = [];
     const handlers: GenerationHandlers = {
       onQueued: (p) => seen.push(`q${p}`),
@@ -24,10 +24,17 @@ describe('parseAside', () => {
       onError: () => undefined,
       onInterrupted: () => undefined,
     };
-    const decoder = new SseDecoder(asideTo(handlers));
-    const wire = ': queued position=2\n\n: queued position=1\n\n: prefill 512/1300\n\n: ping\n\n: prefill 1300/1300\n\ndata: {}\n\n';
-    const events = [...wire].flatMap((ch) => decoder.feed(ch));
-    expect(seen).toEqual(['q2', 'q1', '512/1300', '1300/1300']);
-    expect(events).toHaveLength(1);
+    const decoder = new SseDecoder(true);
+    const wire = 'data: {}\n\n: queued position=2\n\n: queued position=1\n\n: prefill 512/1300\n\n: ping\n\n: prefill 1300/1300\ndata: {"a":1}\n\n';
+    for (const cut of [1, wire.length]) {
+      seen.length = 0;
+      const chunks = cut === 1 ? [...wire] : [wire];
+      for (const event of chunks.flatMap((ch) => decoder.feed(ch))) {
+        if (event.comment !== undefined) tellAside(event.comment, handlers);
+        else seen.push(event.data);
+      }
+      expect(seen).toEqual(['{}', 'q2', 'q1', '512/1300', '1300/1300', '{"a":1}']);
+    }
+    expect(new SseDecoder().feed(': prefill 1/2\n\ndata: x\n\n')).toEqual([{ event: 'message', data: 'x' }]);
   });
 });

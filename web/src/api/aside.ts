@@ -19,11 +19,9 @@ export function parseAside(comment: string): Aside | null {
   return null;
 }
 
-/** A comment handler that tells `handlers` of queue places and prefill progress. */
-export function asideTo(handlers: GenerationHandlers): (comment: string) => void {
-  return (comment) => {
-    const aside = parseAside(comment);
-    if (aside?.kind === 'queued') handlers.onQueued?.(aside.position);
-    else if (aside?.kind === 'prefill') handlers.onProgress?.(aside.done, aside.total);
-  };
+/** Tells `handlers` of the queue place or prefill progress a comment says. */
+export function tellAside(comment: string, handlers: GenerationHandlers): void {
+  const aside = parseAside(comment);
+  if (aside?.kind === 'queued') handlers.onQueued?.(aside.position);
+  else if (aside?.kind === 'prefill') handlers.onProgress?.(aside.done, aside.total);
 }

@@ -5,7 +5,7 @@
 import { authHeaders } from './auth';
 import { errorFromOpenAiBody } from './errors';
 import { type ReadAnswer, type Settle, startGeneration } from './httpGeneration';
-import { asideTo } from './aside';
+import { tellAside } from './aside';
 import { SseDecoder } from './sse';
 import { stopStream } from './stopStream';
 import type { FinishReason, GenerationHandle, GenerationHandlers, GenerationRequest, ResumePoint, Transport, Usage } from './types';
@@ -149,7 +149,7 @@ export class OpenAiClient implements Transport {
       at.stream = token;
       handlers.onStart?.({ stream: token });
     }
-    const decoder = new SseDecoder(asideTo(handlers));
+    const decoder = new SseDecoder(true);
     let finishReason: FinishReason = 'stop';
     let usage: Usage | undefined;
     let started = false;
@@ -196,7 +196,11 @@ export class OpenAiClient implements Transport {
       while (!done) {
         const { value, done: ended } = await reader.read();
         const events = ended ? decoder.end() : decoder.feed(value);
-        for (const event of events) if (!done) handle(event.data, event.id);
+        for (const event of events) {
+          if (done) break;
+          if (event.comment !== undefined) tellAside(event.comment, handlers);
+          else handle(event.data, event.id);
+        }
         if (ended) break;
       }
       if (!done) settle(() => handlers.onInterrupted('The stream ended before the answer was complete.'));

@@ -6,7 +6,7 @@
  */
 import { authHeaders } from './auth';
 import { type Settle, startGeneration } from './httpGeneration';
-import { asideTo } from './aside';
+import { tellAside } from './aside';
 import { SseDecoder } from './sse';
 import type { ApiError, EndInfo, FinishReason, GenerationHandle, GenerationHandlers, GenerationRequest, ResumePoint, Transport, Usage } from './types';
 
@@ -168,12 +168,16 @@ export class ResponsesClient implements Transport {
       return;
     }
     const events = new ResponsesEventReader(handlers);
-    const decoder = new SseDecoder(asideTo(handlers));
+    const decoder = new SseDecoder(true);
     let outcome: ReaderOutcome | null = null;
     try {
       while (!outcome) {
         const { value, done } = await reader.read();
         for (const event of done ? decoder.end() : decoder.feed(value)) {
+          if (event.comment !== undefined) {
+            if (!outcome) tellAside(event.comment, handlers);
+            continue;
+          }
           let data: unknown;
           try {
             data = JSON.parse(event.data);
