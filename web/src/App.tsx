@@ -8,6 +8,8 @@ import { SettingsDialog } from './components/SettingsDialog';
 import { Sidebar } from './components/Sidebar';
 import { TransportSwitch } from './components/TransportSwitch';
 import { UndoToast } from './components/UndoToast';
+import { ShortcutsDialog } from './components/ShortcutsDialog';
+import { useShortcuts } from './hooks/useShortcuts';
 import { useConversations } from './hooks/useConversations';
 import { useGeneration } from './hooks/useGeneration';
 import { useMessageActions, type ActionContext } from './hooks/useMessageActions';
@@ -31,6 +33,10 @@ function newId(prefix: string): string {
 /** The OpenAI API wants a model; tokenpipe.v1 falls back to the server's default. */
 function modelFor(settings: Settings, known: string[] | null): string | undefined {
   return settings.model && known?.includes(settings.model) ? settings.model : settings.transport === 'ws' ? undefined : known?.[0];
+}
+
+function focusComposer(): void {
+  document.getElementById('composer-input')?.focus();
 }
 
 function placeholderAnswer(now: number): Message {
@@ -206,6 +212,26 @@ export function App() {
     }
   }, [state.loaded, generation]);
 
+  const [shortcutsOpen, setShortcutsOpen] = useState(false);
+  const stopRunning = () => {
+    if (!runningAnswer) return false;
+    generation.stop(runningAnswer.id);
+    focusComposer(); // the Stop button goes: focus stays in the composer, not on <body>
+    return true;
+  };
+  const lastAnswer = active?.messages.findLast((m) => m.role === 'assistant');
+  useShortcuts({
+    help: () => setShortcutsOpen(true),
+    stop: stopRunning,
+    newChat: () => {
+      dispatch({ type: 'new' });
+      focusComposer();
+    },
+    focusComposer,
+    copyLast: () => [...document.querySelectorAll<HTMLButtonElement>('button[aria-label="Copy the answer"]')].pop()?.click(),
+    regenerate: () => (lastAnswer && !runningAnswer ? actions.onRegenerate(lastAnswer.id) : false),
+  });
+
   const closeSidebar = useCallback(() => setSidebarOpen(false), []);
   const menuButton = useRef<HTMLButtonElement>(null);
   useEffect(() => {
@@ -236,7 +262,7 @@ export function App() {
         onNew={() => {
           dispatch({ type: 'new' });
           closeSidebar();
-          document.getElementById('composer-input')?.focus();
+          focusComposer();
         }}
         onSelect={(id) => {
           dispatch({ type: 'select', id });
@@ -246,6 +272,7 @@ export function App() {
         onDelete={(id) => {
           generation.stopConversation(id);
           dispatch({ type: 'delete', id });
+          focusComposer();
         }}
         onDeleteAll={() => {
           for (const id of state.order) generation.stopConversation(id);
@@ -296,7 +323,7 @@ export function App() {
           </div>
         )}
         <div className="composer-area">
-          {state.undo ? <UndoToast key={state.undo.id} label={state.undo.label} onUndo={() => dispatch({ type: 'undo' })} onTimeout={() => state.undo && dispatch({ type: 'undo/dismiss', id: state.undo.id })} /> : null}
+          {state.undo ? <UndoToast key={state.undo.id} label={state.undo.label} onUndo={() => (dispatch({ type: 'undo' }), focusComposer())} onTimeout={() => state.undo && dispatch({ type: 'undo/dismiss', id: state.undo.id })} /> : null}
           {settings.transport === 'ws' ? <ConnectionBanner connection={connection} onRetry={() => socket?.retryNow()} /> : null}
           {offer ? (
             <OverflowOffer
@@ -314,7 +341,7 @@ export function App() {
           <Composer
             running={runningAnswer !== undefined}
             onSend={send}
-            onStop={() => runningAnswer && generation.stop(runningAnswer.id)}
+            onStop={stopRunning}
             onDraftChange={setDraft}
             draftKey={state.activeId ?? NEW_CONVERSATION}
             {...(carry ? { carry } : {})}
@@ -322,6 +349,7 @@ export function App() {
           <ContextMeter used={budget.used} limit={budget.limit} withDraft={budget.withDraft} room={answerRoom(settings.maxTokens)} />
         </div>
       </main>
+      <ShortcutsDialog open={shortcutsOpen} onClose={() => setShortcutsOpen(false)} />
       <SettingsDialog
         open={settingsOpen}
         settings={settings}

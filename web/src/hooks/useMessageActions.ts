@@ -64,7 +64,10 @@ export function useMessageActions({ latest, dispatch, ask, launch, newId, placeh
       },
       onDelete(messageId) {
         const id = activeId();
-        if (id) dispatch({ type: 'deleteMessage', conversationId: id, messageId });
+        if (!id) return;
+        dispatch({ type: 'deleteMessage', conversationId: id, messageId });
+        // The button goes with its message: focus goes to the composer, not to <body>.
+        requestAnimationFrame(() => document.getElementById('composer-input')?.focus());
       },
       onContinue(messageId) {
         continueIn(latest.current.state, messageId);
