@@ -318,7 +318,7 @@ export function App() {
                   (<code>{hello.models[0]}</code>)
                 </>
               ) : null}
-              . Switch the transport above to compare WebSocket, SSE, Responses and REST.
+              . Switch the transport (in the header, or in Settings on a phone) to compare WebSocket, SSE, Responses and REST.
             </p>
           </div>
         )}
@@ -358,6 +358,7 @@ export function App() {
         models={models ?? []}
         onChange={updateSettings}
         onClose={() => setSettingsOpen(false)}
+        transport={{ value: settings.transport, onChange: (kind) => updateSettings({ transport: kind }) }}
       />
     </div>
   );
