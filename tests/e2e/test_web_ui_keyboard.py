@@ -75,6 +75,7 @@ def test_no_axe_violation_in_the_new_states(live_server: LiveServer, open_page: 
 
     composer(page).fill("Long [[tokens=2000]]")
     page.get_by_role("button", name="Send message").click()
+    expect(page.locator("article.message.assistant")).to_have_count(2)
     wait_last_text(page, 10)
     page.get_by_role("button", name="Stop the answer").click()
     expect(last_answer(page)).to_have_attribute("data-status", "stopped")
@@ -127,6 +128,7 @@ def test_shortcuts_stop_and_focus(live_server: LiveServer, open_page: OpenPage) 
 
     # the Stop button leaves focus in the composer too
     send(page, "Again [[tokens=2000]]")
+    expect(page.locator("article.message.assistant")).to_have_count(2)
     wait_last_text(page, 10)
     page.get_by_role("button", name="Stop the answer").click()
     expect(last_answer(page)).to_have_attribute("data-status", "stopped")
