@@ -113,16 +113,15 @@ def test_the_bundled_model_resumes_mid_answer(model_server: ServerProcess,
                                               open_page: OpenPage, transport: str) -> None:
     """Greedy decoding on the split KV cache: the answer after a reload is the one a page
     left alone gets, token for token."""
-    page = open_page(model_server.url)
-    page.get_by_role("button", name="Settings").click()
-    page.get_by_label("Temperature").fill("0")
-    page.get_by_label("Max tokens").fill("80")
-    page.keyboard.press("Escape")
+    def greedy_page() -> Page:
+        page = open_page(model_server.url)
+        page.get_by_role("button", name="Settings").click()
+        page.get_by_label("Temperature").fill("0")
+        page.get_by_label("Max tokens").fill("80")
+        page.keyboard.press("Escape")
+        return page
+
     prompt = "List ten rivers of Europe, one per line, with a short note on each."
-    reference = answered(page, transport, prompt, None, timeout=120_000)
-    page.get_by_role("button", name="New conversation").click()
-    page.get_by_role("navigation", name="Conversations").get_by_role(
-        "button", name="Delete all conversations").click()
-    page.get_by_role("dialog").get_by_role("button", name="Delete all").click()
-    got = answered(page, transport, prompt, "mid", timeout=120_000)
+    reference = answered(greedy_page(), transport, prompt, None, timeout=120_000)
+    got = answered(greedy_page(), transport, prompt, "mid", timeout=120_000)
     assert got == reference, (got, reference)
