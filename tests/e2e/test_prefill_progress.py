@@ -218,3 +218,23 @@ def test_ollama_ndjson_says_the_prefill_in_lines_its_clients_ignore(
         generated = list(client.generate(model="fake", prompt=FAKE_LONG, stream=True))
     assert "".join(part.message.content or "" for part in chat) == ANSWER and chat[-1].done
     assert "".join(part.response or "" for part in generated) == ANSWER
+
+
+@pytest.mark.parametrize(("path", "body", "before_first_delta"), [
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": FAKE_LONG}],
+                              "resumable": True}, '"role":"assistant"'),
+    ("/v1/responses", {"input": FAKE_LONG, "background": True}, "response.output_text.delta"),
+])
+def test_resumable_streams_say_the_prefill_too(
+        fake_server: ServerProcess, path: str, body: dict[str, Any],
+        before_first_delta: str) -> None:
+    """The streams the chat page uses (a resumable chat stream, a background response)
+    report a long prompt's prefill as a foreground stream does, before the first delta."""
+    lines = sse_lines(fake_server, path, {"model": "fake", "stream": True, **body})
+    progress = [(int(m[1]), int(m[2])) for line in lines if (m := PREFILL.match(line))]
+    total = progress[-1][1] if progress else 0
+    assert total > 2 * 512 and progress == [
+        (min(d, total), total) for d in range(512, total + 512, 512)], lines[:8]
+    last = max(i for i, line in enumerate(lines) if PREFILL.match(line))
+    first_delta = next(i for i, line in enumerate(lines) if before_first_delta in line)
+    assert last < first_delta, lines[:last + 3]

@@ -155,12 +155,15 @@ def test_an_answer_through_the_responses_transport(live_server: LiveServer,
     page = open_page(live_server("--engine", "fake", "--fake-pace-ms", "5"))
     page.get_by_role("radio", name="Responses").check()
     bodies: list[dict[str, object]] = []
+    deletes: list[str] = []
     page.on("request", lambda r: bodies.append(json.loads(r.post_data or "{}"))
             if r.url.endswith("/v1/responses") else None)
+    page.on("request", lambda r: deletes.append(r.url) if r.method == "DELETE" else None)
     send(page, "Hello over Responses [[tokens=60]]")
     answer = last_answer(page)
     expect(answer).to_have_attribute("data-status", "done", timeout=20_000)
-    assert bodies and bodies[0]["stream"] is True and bodies[0]["store"] is False, bodies
+    # in the background (so a reload resumes it), stored until the page has read it all
+    assert bodies and bodies[0]["stream"] is True and bodies[0]["background"] is True, bodies
     assert answer_text(page).startswith("Hello! Here is a streamed answer.")
     stats = answer.locator(".stats").inner_text()
     # what this page measured over Responses: the tokens (from usage), a rate, first token
@@ -169,7 +172,8 @@ def test_an_answer_through_the_responses_transport(live_server: LiveServer,
     assert "measured by the browser" in str(answer.locator(".stats").get_attribute("title"))
     shot(page, "parts-transport-responses")
 
-    # Stop closes the request (AbortController); the page says Stopped and stays usable
+    # Stop deletes the background response (which cancels it) and closes the request; the
+    # page says Stopped and stays usable
     send(page, "A long one [[tokens=3000]]")
     page.wait_for_function(
         "() => ([...document.querySelectorAll('.assistant .markdown')].pop()?.textContent ?? '')"
@@ -179,6 +183,7 @@ def test_an_answer_through_the_responses_transport(live_server: LiveServer,
     kept = answer_text(page)
     page.wait_for_timeout(300)
     assert answer_text(page) == kept, "the answer kept growing after Stop"
+    assert len(deletes) == 2 and all("/v1/responses/resp_" in url for url in deletes), deletes
 
 
 def test_continue_after_a_server_restart(browser: Browser, built_ui: None,

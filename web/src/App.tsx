@@ -4,13 +4,15 @@ import { Composer } from './components/Composer';
 import { ModelPicker } from './components/ModelPicker';
 import { ConnectionBanner, ConnectionStatus } from './components/ConnectionStatus';
 import { MessageList } from './components/MessageList';
-import type { MessageActions } from './components/MessageView';
 import { SettingsDialog } from './components/SettingsDialog';
 import { Sidebar } from './components/Sidebar';
 import { TransportSwitch } from './components/TransportSwitch';
 import { UndoToast } from './components/UndoToast';
+import { ShortcutsDialog } from './components/ShortcutsDialog';
+import { useShortcuts } from './hooks/useShortcuts';
 import { useConversations } from './hooks/useConversations';
 import { useGeneration } from './hooks/useGeneration';
+import { useMessageActions, type ActionContext } from './hooks/useMessageActions';
 import { useSettings } from './hooks/useSettings';
 import { useTransport } from './hooks/useTransport';
 import { ContextMeter } from './components/ContextMeter';
@@ -18,8 +20,10 @@ import { OverflowOffer } from './components/OverflowOffer';
 import { useContextBudget } from './hooks/useContextBudget';
 import { answerRoom, idsOf, overflows, planDrop, turnsBefore, type DropPlan } from './state/context';
 import { promptWithDraft, questionOf, restamped, type AskAction } from './state/asking';
-import { chatReducer, continuationOf, historyBefore, isRunning, type ChatAction, type ChatState, type Message } from './state/conversations';
+import { chatReducer, historyBefore, isRunning, type ChatAction, type ChatState, type Conversation, type Message } from './state/conversations';
+import type { GenerationRequest } from './api/types';
 import { samplingParams, type Settings } from './state/settings';
+import { NEW_CONVERSATION } from './state/drafts';
 
 function newId(prefix: string): string {
   // crypto.randomUUID needs a secure context; a LAN address over http is not one.
@@ -29,6 +33,10 @@ function newId(prefix: string): string {
 /** The OpenAI API wants a model; tokenpipe.v1 falls back to the server's default. */
 function modelFor(settings: Settings, known: string[] | null): string | undefined {
   return settings.model && known?.includes(settings.model) ? settings.model : settings.transport === 'ws' ? undefined : known?.[0];
+}
+
+function focusComposer(): void {
+  document.getElementById('composer-input')?.focus();
 }
 
 function placeholderAnswer(now: number): Message {
@@ -47,9 +55,9 @@ interface Offer {
 
 export function App() {
   const [settings, updateSettings] = useSettings();
-  const [state, dispatch] = useConversations();
-  const { transport, connection, socket, httpModels } = useTransport(settings.transport, settings.apiKey);
-  const generation = useGeneration(dispatch, transport);
+  const [state, dispatch, persist] = useConversations();
+  const { transport, connection, socket, httpModels, resumers } = useTransport(settings.transport, settings.apiKey);
+  const generation = useGeneration(dispatch, transport, resumers);
   const [settingsOpen, setSettingsOpen] = useState(false);
   const [sidebarOpen, setSidebarOpen] = useState(false);
   const [followToken, setFollowToken] = useState(0);
@@ -80,6 +88,15 @@ export function App() {
   const latest = useRef({ state, settings, generation, models, budget, offer });
   latest.current = { state, settings, generation, models, budget, offer };
 
+  /** Ask for an answer once its conversation is written: a reload from now on finds both. */
+  const launch = useCallback(
+    async (conversation: Conversation, messageId: string, request: GenerationRequest) => {
+      await persist(conversation);
+      latest.current.generation.start(conversation.id, messageId, request);
+    },
+    [persist],
+  );
+
   /**
    * Apply an action that creates an answer, then ask for that answer; true if it was asked.
    * The prompt is counted first: one that would overflow the context is not sent, the
@@ -104,15 +121,14 @@ export function App() {
         setOffer({ action, promptTokens: tokens, limit: b.limit, room: answerRoom(s.maxTokens), plan, systemPromptKept: system });
         return false;
       }
-      const { generation: g, models: known } = latest.current;
+      const model = modelFor(s, latest.current.models);
       dispatch(action);
       setOffer(null);
       setFollowToken((t) => t + 1);
-      const model = modelFor(s, known);
-      g.start(conversation.id, action.assistant.id, { messages, params: samplingParams(s), ...(model ? { model } : {}) });
+      await launch(conversation, action.assistant.id, { messages, params: samplingParams(s), ...(model ? { model } : {}) });
       return true;
     },
-    [dispatch],
+    [dispatch, launch],
   );
 
   const asking = useRef(false);
@@ -171,64 +187,50 @@ export function App() {
     [ask, dispatch],
   );
 
-  const actions: MessageActions = useMemo(
-    () => ({
-      onEdit(messageId, content) {
-        const id = latest.current.state.activeId;
-        if (!id) return;
-        const now = Date.now();
-        const user: Message = { id: newId('u'), role: 'user', content, createdAt: now };
-        void ask({ type: 'edit', conversationId: id, messageId, user, assistant: placeholderAnswer(now), now });
-      },
-      onRegenerate(messageId) {
-        const id = latest.current.state.activeId;
-        if (!id) return;
-        const now = Date.now();
-        void ask({ type: 'regenerate', conversationId: id, messageId, assistant: placeholderAnswer(now), now });
-      },
-      onVersion(messageId, step) {
-        const id = latest.current.state.activeId;
-        if (id) dispatch({ type: 'version', conversationId: id, messageId, step });
-      },
-      onDelete(messageId) {
-        const id = latest.current.state.activeId;
-        if (id) dispatch({ type: 'deleteMessage', conversationId: id, messageId });
-      },
-      onContinue(messageId) {
-        const { state: current, settings: s, generation: g, models: known } = latest.current;
-        const conversation = current.activeId ? current.conversations[current.activeId] : undefined;
-        const messages = conversation && continuationOf(conversation, messageId, s.systemPrompt);
-        if (!conversation || !messages) return;
-        const action = { type: 'answer/continue', conversationId: conversation.id, messageId } as const;
-        if (chatReducer(current, action) === current) return;
-        dispatch(action);
-        setFollowToken((t) => t + 1);
-        const model = modelFor(s, known);
-        // The partial answer is the last, assistant, message: the server continues that turn (assistant prefill).
-        g.start(conversation.id, messageId, { messages, params: samplingParams(s), ...(model ? { model } : {}) });
-      },
-    }),
-    [ask, dispatch],
-  );
+  const follow = useCallback(() => setFollowToken((t) => t + 1), []);
+  const actionContext = useRef<ActionContext>({ state, settings, model: modelFor(settings, models) });
+  actionContext.current = { state, settings, model: modelFor(settings, models) };
+  const actions = useMessageActions({ latest: actionContext, dispatch, ask, launch, newId, placeholder: placeholderAnswer, follow });
 
-  // Answers that were running when the page was reloaded: go on with those the server can
-  // resume, and say so for the others (settled once: the reducer ignores a settled answer).
+  // Answers that were running when the page was reloaded go on: resumed by their token, or
+  // asked for again (from the text they had) where the server had not said one yet.
   useEffect(() => {
     if (!state.loaded) return;
-    const { state: current, generation: g } = latest.current;
+    const { state: current, generation: g, settings: s, models: known } = latest.current;
     for (const conversation of Object.values(current.conversations)) {
       for (const message of conversation.messages) {
         if (!isRunning(message) || g.isRunning(message.id)) continue;
-        const ref = { conversationId: conversation.id, messageId: message.id };
-        if (message.resume && g.resume(conversation.id, message.id, message.resume.stream, message.resume.seq)) continue;
-        dispatch({
-          type: 'answer/interrupted',
-          ...ref,
-          reason: message.resume ? 'It can be resumed over the WebSocket transport only.' : 'The page was closed while this answer was arriving.',
-        });
+        if (message.resume) {
+          g.resume(conversation.id, message.id, message.resume);
+          continue;
+        }
+        const history = historyBefore(conversation, message.id, s.systemPrompt);
+        const messages = message.content ? [...history, { role: 'assistant' as const, content: message.content }] : history;
+        const model = modelFor(s, known);
+        g.start(conversation.id, message.id, { messages, params: samplingParams(s), ...(model ? { model } : {}) });
       }
     }
-  }, [state.loaded, generation, dispatch]);
+  }, [state.loaded, generation]);
+
+  const [shortcutsOpen, setShortcutsOpen] = useState(false);
+  const stopRunning = () => {
+    if (!runningAnswer) return false;
+    generation.stop(runningAnswer.id);
+    focusComposer(); // the Stop button goes: focus stays in the composer, not on <body>
+    return true;
+  };
+  const lastAnswer = active?.messages.findLast((m) => m.role === 'assistant');
+  useShortcuts({
+    help: () => setShortcutsOpen(true),
+    stop: stopRunning,
+    newChat: () => {
+      dispatch({ type: 'new' });
+      focusComposer();
+    },
+    focusComposer,
+    copyLast: () => [...document.querySelectorAll<HTMLButtonElement>('button[aria-label="Copy the answer"]')].pop()?.click(),
+    regenerate: () => (lastAnswer && !runningAnswer ? actions.onRegenerate(lastAnswer.id) : false),
+  });
 
   const closeSidebar = useCallback(() => setSidebarOpen(false), []);
   const menuButton = useRef<HTMLButtonElement>(null);
@@ -260,7 +262,7 @@ export function App() {
         onNew={() => {
           dispatch({ type: 'new' });
           closeSidebar();
-          document.getElementById('composer-input')?.focus();
+          focusComposer();
         }}
         onSelect={(id) => {
           dispatch({ type: 'select', id });
@@ -270,6 +272,7 @@ export function App() {
         onDelete={(id) => {
           generation.stopConversation(id);
           dispatch({ type: 'delete', id });
+          focusComposer();
         }}
         onDeleteAll={() => {
           for (const id of state.order) generation.stopConversation(id);
@@ -315,12 +318,12 @@ export function App() {
                   (<code>{hello.models[0]}</code>)
                 </>
               ) : null}
-              . Switch the transport above to compare WebSocket, SSE, Responses and REST.
+              . Switch the transport (in the header, or in Settings on a phone) to compare WebSocket, SSE, Responses and REST.
             </p>
           </div>
         )}
         <div className="composer-area">
-          {state.undo ? <UndoToast key={state.undo.id} label={state.undo.label} onUndo={() => dispatch({ type: 'undo' })} onTimeout={() => state.undo && dispatch({ type: 'undo/dismiss', id: state.undo.id })} /> : null}
+          {state.undo ? <UndoToast key={state.undo.id} label={state.undo.label} onUndo={() => (dispatch({ type: 'undo' }), focusComposer())} onTimeout={() => state.undo && dispatch({ type: 'undo/dismiss', id: state.undo.id })} /> : null}
           {settings.transport === 'ws' ? <ConnectionBanner connection={connection} onRetry={() => socket?.retryNow()} /> : null}
           {offer ? (
             <OverflowOffer
@@ -338,13 +341,15 @@ export function App() {
           <Composer
             running={runningAnswer !== undefined}
             onSend={send}
-            onStop={() => runningAnswer && generation.stop(runningAnswer.id)}
+            onStop={stopRunning}
             onDraftChange={setDraft}
+            draftKey={state.activeId ?? NEW_CONVERSATION}
             {...(carry ? { carry } : {})}
           />
           <ContextMeter used={budget.used} limit={budget.limit} withDraft={budget.withDraft} room={answerRoom(settings.maxTokens)} />
         </div>
       </main>
+      <ShortcutsDialog open={shortcutsOpen} onClose={() => setShortcutsOpen(false)} />
       <SettingsDialog
         open={settingsOpen}
         settings={settings}
@@ -353,6 +358,7 @@ export function App() {
         models={models ?? []}
         onChange={updateSettings}
         onClose={() => setSettingsOpen(false)}
+        transport={{ value: settings.transport, onChange: (kind) => updateSettings({ transport: kind }) }}
       />
     </div>
   );

@@ -71,7 +71,50 @@ describe('OpenAiClient, streamed (SSE)', () => {
       seed: 1,
       stream: true,
       stream_options: { include_usage: true },
+      resumable: true,
     });
+  });
+
+  it('takes the stream token of a resumable stream and numbers its deltas by event id', async () => {
+    const body = ': prefill 512/900\n\nid: 0\ndata: {"choices":[{"delta":{"role":"assistant"}}]}\n\nid: 1\ndata: {"choices":[{"delta":{"content":"A"}}]}\n\nid: 3\ndata: {"choices":[{"delta":{"content":"BC"}}]}\n\nid: 4\ndata: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n';
+    const { fetch } = fakeFetch(() => new Response(streamOf([body]), { headers: { 'X-Stream-Token': 'tok-1' } }));
+    const seen: string[] = [];
+    const ended = new Promise<void>((resolve) => {
+      new OpenAiClient({ baseUrl: 'http://h', stream: true, fetch }).generate(REQUEST, {
+        onStart: (info) => seen.push(`start:${info.stream ?? '-'}`),
+        onProgress: (done, total) => seen.push(`prefill:${done}/${total}`),
+        onDelta: (text, meta) => seen.push(`${text}@${meta?.seq ?? '-'}`),
+        onEnd: () => resolve(),
+        onError: () => resolve(),
+        onInterrupted: () => resolve(),
+      });
+    });
+    await ended;
+    expect(seen).toEqual(['start:tok-1', 'prefill:512/900', 'start:-', 'A@0', 'BC@2']);
+  });
+
+  it('resumes with GET /v1/streams/TOKEN after the last event it has, and says when the server forgot it', async () => {
+    const { fetch, calls } = fakeFetch((call) =>
+      call.url.endsWith('/gone') ? new Response('{"error":{"code":"stream_not_found","message":"no"}}', { status: 404 }) : new Response(streamOf(['id: 6\ndata: {"choices":[{"delta":{"content":"!"}}]}\n\ndata: [DONE]\n\n'])),
+    );
+    const client = new OpenAiClient({ baseUrl: 'http://h', apiKey: 'k', stream: true, fetch });
+    const outcome = (stream: string) =>
+      new Promise<string>((resolve) => {
+        let text = '';
+        client.resume({ stream, seq: 4 }, {
+          onDelta: (t, meta) => (text += `${t}@${meta?.seq ?? '-'}`),
+          onEnd: () => resolve(`end ${text}`),
+          onError: (e) => resolve(`error ${e.code}`),
+          onInterrupted: (reason, info) => resolve(`interrupted ${info?.unresumable === true} ${reason.slice(0, 40)}`),
+        });
+      });
+    expect(await outcome('tok-2')).toBe('end !@5');
+    expect(calls[0]?.url).toBe('http://h/v1/streams/tok-2');
+    expect(calls[0]?.init.method).toBe('GET');
+    const headers = new Headers(calls[0]?.init.headers);
+    expect(headers.get('last-event-id')).toBe('5');
+    expect(headers.get('authorization')).toBe('Bearer k');
+    expect(await outcome('gone')).toBe('interrupted true The server no longer has this answer (it');
   });
 
   it('sends no Authorization header without a key', async () => {

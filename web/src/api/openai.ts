@@ -5,8 +5,16 @@
 import { authHeaders } from './auth';
 import { errorFromOpenAiBody } from './errors';
 import { type ReadAnswer, type Settle, startGeneration } from './httpGeneration';
+import { tellAside } from './aside';
 import { SseDecoder } from './sse';
-import type { FinishReason, GenerationHandle, GenerationHandlers, GenerationRequest, Transport, Usage } from './types';
+import { stopStream } from './stopStream';
+import type { FinishReason, GenerationHandle, GenerationHandlers, GenerationRequest, ResumePoint, Transport, Usage } from './types';
+
+/** How far a resumable stream got: its token (from the X-Stream-Token header) and the last delta's seq. */
+interface Position {
+  stream?: string;
+  seq: number;
+}
 
 export interface OpenAiClientOptions {
   baseUrl: string;
@@ -30,7 +38,7 @@ export function reasoningOf(part: Record<string, unknown>): string {
 }
 
 /** OpenAI's `tool_calls` (a delta's fragments, or a whole message's calls) to the page's deltas. */
-export function emitToolCalls(value: unknown, handlers: GenerationHandlers): void {
+export function emitToolCalls(value: unknown, handlers: GenerationHandlers, seq?: number): void {
   if (!Array.isArray(value)) return;
   for (const [position, call] of value.entries()) {
     if (!isRecord(call)) continue;
@@ -40,6 +48,7 @@ export function emitToolCalls(value: unknown, handlers: GenerationHandlers): voi
     handlers.onDelta(args, {
       channel: 'tool_call',
       index,
+      ...(seq !== undefined ? { seq } : {}),
       ...(typeof call.id === 'string' ? { callId: call.id } : {}),
       ...(typeof fn.name === 'string' ? { name: fn.name } : {}),
     });
@@ -62,7 +71,8 @@ export function chatCompletionBody(request: GenerationRequest, stream: boolean):
     messages: request.messages,
     ...request.params,
     stream,
-    ...(stream ? { stream_options: { include_usage: true } } : {}),
+    // A streamed answer outlives its request (a reload, a drop): the page resumes it by its token.
+    ...(stream ? { stream_options: { include_usage: true }, resumable: true } : {}),
   };
 }
 
@@ -76,9 +86,31 @@ export class OpenAiClient implements Transport {
   generate(request: GenerationRequest, handlers: GenerationHandlers): GenerationHandle {
     const { baseUrl, stream, apiKey, fetch } = this.options;
     const accept = stream ? 'text/event-stream' : 'application/json';
-    const post = { url: `${baseUrl}/v1/chat/completions`, body: chatCompletionBody(request, stream), accept, apiKey, fetch };
-    const read: ReadAnswer = (response, settle) => (stream ? this.readStream(response, handlers, settle) : this.readBody(response, handlers, settle));
+    const at: Position = { seq: -1 };
+    const post = { url: `${baseUrl}/v1/chat/completions`, body: chatCompletionBody(request, stream), accept, apiKey, fetch, stopOnServer: this.stopper(at) };
+    const read: ReadAnswer = (response, settle) => (stream ? this.readStream(response, handlers, settle, at) : this.readBody(response, handlers, settle));
     return startGeneration(post, handlers, read);
+  }
+
+  /** `GET /v1/streams/TOKEN` from the event after `point.seq` (its id is seq + 1). */
+  resume(point: ResumePoint, handlers: GenerationHandlers): GenerationHandle {
+    const { baseUrl, apiKey, fetch } = this.options;
+    const at: Position = { seq: point.seq, stream: point.stream };
+    const get = {
+      url: `${baseUrl}/v1/streams/${encodeURIComponent(point.stream)}`,
+      accept: 'text/event-stream',
+      headers: { 'Last-Event-ID': String(point.seq + 1) },
+      apiKey,
+      fetch,
+      stopOnServer: this.stopper(at),
+    };
+    return startGeneration(get, handlers, (response, settle) => this.readStream(response, handlers, settle, at));
+  }
+
+  private stopper(at: Position): () => void {
+    return () => {
+      if (at.stream !== undefined) stopStream(this.options.baseUrl, this.options.apiKey, at.stream, at.seq);
+    };
   }
 
   private async readBody(response: Response, handlers: GenerationHandlers, settle: Settle): Promise<void> {
@@ -106,18 +138,27 @@ export class OpenAiClient implements Transport {
     });
   }
 
-  private async readStream(response: Response, handlers: GenerationHandlers, settle: Settle): Promise<void> {
+  private async readStream(response: Response, handlers: GenerationHandlers, settle: Settle, at: Position): Promise<void> {
     const reader = response.body?.getReader();
     if (!reader) {
       settle(() => handlers.onInterrupted('The server sent no stream.'));
       return;
     }
-    const decoder = new SseDecoder();
+    const token = response.headers.get('x-stream-token');
+    if (token && at.stream === undefined) {
+      at.stream = token;
+      handlers.onStart?.({ stream: token });
+    }
+    const decoder = new SseDecoder(true);
     let finishReason: FinishReason = 'stop';
     let usage: Usage | undefined;
     let started = false;
     let done = false;
-    const handle = (data: string): void => {
+    const handle = (data: string, id: string | undefined): void => {
+      // A resumable stream numbers its events: the delta of seq s is event s + 1.
+      const seq = id !== undefined && /^\d+$/.test(id) ? Number(id) - 1 : undefined;
+      if (seq !== undefined && seq > at.seq) at.seq = seq;
+      const meta = seq !== undefined && seq >= 0 ? { seq } : undefined;
       if (data === '[DONE]') {
         done = true;
         settle(() => handlers.onEnd({ finishReason, usage }));
@@ -145,9 +186,9 @@ export class OpenAiClient implements Transport {
       const delta = isRecord(choice.delta) ? choice.delta : undefined;
       if (delta) {
         const reasoning = reasoningOf(delta);
-        if (reasoning) handlers.onDelta(reasoning, { channel: 'reasoning' });
-        if (typeof delta.content === 'string' && delta.content) handlers.onDelta(delta.content);
-        emitToolCalls(delta.tool_calls, handlers);
+        if (reasoning) handlers.onDelta(reasoning, { channel: 'reasoning', ...meta });
+        if (typeof delta.content === 'string' && delta.content) handlers.onDelta(delta.content, meta);
+        emitToolCalls(delta.tool_calls, handlers, meta?.seq);
       }
       if (typeof choice.finish_reason === 'string') finishReason = toFinishReason(choice.finish_reason);
     };
@@ -155,7 +196,11 @@ export class OpenAiClient implements Transport {
       while (!done) {
         const { value, done: ended } = await reader.read();
         const events = ended ? decoder.end() : decoder.feed(value);
-        for (const event of events) if (!done) handle(event.data);
+        for (const event of events) {
+          if (done) break;
+          if (event.comment !== undefined) tellAside(event.comment, handlers);
+          else handle(event.data, event.id);
+        }
         if (ended) break;
       }
       if (!done) settle(() => handlers.onInterrupted('The stream ended before the answer was complete.'));

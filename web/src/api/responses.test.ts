@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ResponsesClient, ResponsesEventReader, responsesBody } from './responses';
-import type { ApiError, DeltaMeta, EndInfo, GenerationHandlers, GenerationRequest } from './types';
+import type { ApiError, DeltaMeta, EndInfo, GenerationHandlers, GenerationRequest, ResumePoint } from './types';
 
 const REQUEST: GenerationRequest = {
   messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'hi' }],
@@ -27,22 +27,29 @@ const text = (delta: string) => ({ type: 'response.output_text.delta', item_id: 
 function record() {
   const seen: [string, DeltaMeta | undefined][] = [];
   const started: (string | undefined)[] = [];
+  const starts: { stream: string; kind: string | undefined }[] = [];
   let outcome: { end?: EndInfo; error?: ApiError; reason?: string } | undefined;
   const handlers: GenerationHandlers = {
-    onStart: (info) => started.push(info.model),
+    onStart: (info) => {
+      started.push(info.model);
+      if (info.stream) starts.push({ stream: info.stream, kind: info.resumeKind });
+    },
     onDelta: (t, meta) => seen.push([t, meta]),
     onEnd: (end) => (outcome = { end }),
     onError: (error) => (outcome = { error }),
     onInterrupted: (reason) => (outcome = { reason }),
   };
-  return { seen, started, handlers, outcome: () => outcome };
+  return { seen, started, starts, handlers, outcome: () => outcome };
 }
 
 /** Runs the client on a stream cut into pieces of `size` bytes (inside events, inside UTF-8). */
-async function stream(body: string, size = 7) {
+async function stream(body: string, size = 7, resume?: ResumePoint) {
   const bytes = new TextEncoder().encode(body);
   const calls: RequestInit[] = [];
-  const fetchImpl = (async (_url: RequestInfo | URL, init?: RequestInit) => {
+  const urls: [string, string][] = [];
+  const fetchImpl = (async (url: RequestInfo | URL, init?: RequestInit) => {
+    urls.push([init?.method ?? 'GET', String(url)]);
+    if (init?.method === 'DELETE') return new Response('{}');
     calls.push(init ?? {});
     return new Response(
       new ReadableStream<Uint8Array>({
@@ -60,19 +67,22 @@ async function stream(body: string, size = 7) {
       fn(...args);
       resolve();
     };
-    new ResponsesClient({ baseUrl: 'http://x', fetch: fetchImpl }).generate(REQUEST, {
+    const handlers = {
       ...r.handlers,
       onEnd: wrap(r.handlers.onEnd as never),
       onError: wrap(r.handlers.onError as never),
       onInterrupted: wrap(r.handlers.onInterrupted as never),
-    });
+    };
+    const client = new ResponsesClient({ baseUrl: 'http://x', fetch: fetchImpl });
+    if (resume) client.resume(resume, handlers);
+    else client.generate(REQUEST, handlers);
   });
   await done;
-  return { ...r, calls };
+  return { ...r, calls, urls };
 }
 
 describe('responsesBody', () => {
-  it('asks for a stream that is not stored, with what Responses takes of the settings', () => {
+  it('asks for a stream in the background (resumable after a reload), with what Responses takes of the settings', () => {
     expect(responsesBody(REQUEST)).toEqual({
       model: 'm',
       input: [
@@ -80,7 +90,8 @@ describe('responsesBody', () => {
         { type: 'message', role: 'user', content: 'hi' },
       ],
       stream: true,
-      store: false,
+      background: true,
+      store: true,
       max_output_tokens: 20,
       temperature: 0,
       seed: 7,
@@ -100,7 +111,21 @@ describe('ResponsesClient: the event stream', () => {
     expect(started).toEqual(['m']);
     expect(seen.map(([t]) => t).join('')).toBe('Hello 🎉');
     expect(outcome()).toEqual({ end: { finishReason: 'stop', usage: { prompt_tokens: 9, completion_tokens: 3 } } });
-    expect(JSON.parse(String(calls[0]?.body))).toMatchObject({ stream: true, store: false });
+    expect(JSON.parse(String(calls[0]?.body))).toMatchObject({ stream: true, background: true, store: true });
+  });
+
+  it('takes a background response id to resume by, numbers deltas by event, and deletes the response once read', async () => {
+    const background = (e: Record<string, unknown>) => (e.response ? { ...e, response: { ...(e.response as object), background: true } } : e);
+    const r = await stream(sseEvents([...opening.map(background), text('Hi'), { type: 'response.completed', response: final('completed') }]));
+    expect(r.starts).toEqual([{ stream: 'resp_1', kind: 'response' }]);
+    expect(r.seen).toEqual([['Hi', { seq: 4 }]]);
+    await new Promise((resolve) => setTimeout(resolve, 0));
+    expect(r.urls.at(-1)).toEqual(['DELETE', 'http://x/v1/responses/resp_1']);
+  });
+
+  it('resumes a background response after the last event it has', async () => {
+    const r = await stream(sseEvents([]), 7, { stream: 'resp_9', seq: 12, kind: 'response' });
+    expect(r.urls[0]).toEqual(['GET', 'http://x/v1/responses/resp_9?stream=true&starting_after=12']);
   });
 
   it('says length for max_output_tokens, and cancelled for a cancelled response', async () => {

@@ -1,10 +1,14 @@
 /**
- * Client of OpenAI's Responses API, `POST /v1/responses` streamed (`stream: true`) and not
- * stored (`store: false`: the page keeps its own history): the "Responses" transport.
+ * Client of OpenAI's Responses API, `POST /v1/responses` streamed (`stream: true`) in the
+ * background (`background: true`, which needs `store: true`): the answer runs on if the page
+ * goes, and `GET /v1/responses/{id}?stream=true&starting_after=N` picks it up after a
+ * reload. The page keeps its own history, so a finished response is deleted from the server.
  */
+import { authHeaders } from './auth';
 import { type Settle, startGeneration } from './httpGeneration';
+import { tellAside } from './aside';
 import { SseDecoder } from './sse';
-import type { ApiError, EndInfo, FinishReason, GenerationHandle, GenerationHandlers, GenerationRequest, Transport, Usage } from './types';
+import type { ApiError, EndInfo, FinishReason, GenerationHandle, GenerationHandlers, GenerationRequest, ResumePoint, Transport, Usage } from './types';
 
 export interface ResponsesClientOptions {
   baseUrl: string;
@@ -23,7 +27,8 @@ export function responsesBody(request: GenerationRequest): Record<string, unknow
     ...(request.model ? { model: request.model } : {}),
     input: request.messages.map((m) => ({ type: 'message', role: m.role, content: m.content })),
     stream: true,
-    store: false,
+    background: true,
+    store: true,
     ...(p.max_tokens !== undefined ? { max_output_tokens: p.max_tokens } : {}),
     ...(p.temperature !== undefined ? { temperature: p.temperature } : {}),
     ...(p.top_p !== undefined ? { top_p: p.top_p } : {}),
@@ -66,21 +71,28 @@ export class ResponsesEventReader {
 
   constructor(private readonly handlers: GenerationHandlers) {}
 
+  /** The background response's id, once `response.created` said it. */
+  id: string | undefined;
+
   handle(event: Record<string, unknown>): ReaderOutcome | null {
     const h = this.handlers;
     const response = isRecord(event.response) ? event.response : undefined;
     if (!this.started && (event.type === 'response.created' || event.type === 'response.in_progress')) {
       this.started = true;
-      h.onStart?.({ model: typeof response?.model === 'string' ? response.model : undefined });
+      const id = typeof response?.id === 'string' && response.background === true ? response.id : undefined;
+      this.id = id;
+      h.onStart?.({ model: typeof response?.model === 'string' ? response.model : undefined, ...(id ? { stream: id, resumeKind: 'response' as const } : {}) });
     }
     const delta = typeof event.delta === 'string' ? event.delta : '';
+    // Each event's place: a reloaded page asks for the events after the last it has.
+    const seq = typeof event.sequence_number === 'number' ? { seq: event.sequence_number } : {};
     switch (event.type) {
       case 'response.output_text.delta':
-        if (delta) h.onDelta(delta);
+        if (delta) h.onDelta(delta, seq);
         return null;
       case 'response.reasoning_text.delta':
       case 'response.reasoning_summary_text.delta':
-        if (delta) h.onDelta(delta, { channel: 'reasoning' });
+        if (delta) h.onDelta(delta, { channel: 'reasoning', ...seq });
         return null;
       case 'response.output_item.added': {
         const item = isRecord(event.item) ? event.item : undefined;
@@ -90,6 +102,7 @@ export class ResponsesEventReader {
         h.onDelta(typeof item.arguments === 'string' ? item.arguments : '', {
           channel: 'tool_call',
           index,
+          ...seq,
           ...(typeof item.call_id === 'string' ? { callId: item.call_id } : {}),
           ...(typeof item.name === 'string' ? { name: item.name } : {}),
         });
@@ -97,7 +110,7 @@ export class ResponsesEventReader {
       }
       case 'response.function_call_arguments.delta': {
         const index = typeof event.item_id === 'string' ? this.calls.get(event.item_id) : undefined;
-        if (index !== undefined && delta) h.onDelta(delta, { channel: 'tool_call', index });
+        if (index !== undefined && delta) h.onDelta(delta, { channel: 'tool_call', index, ...seq });
         return null;
       }
       case 'response.completed':
@@ -123,32 +136,58 @@ export class ResponsesClient implements Transport {
   constructor(private readonly options: ResponsesClientOptions) {}
 
   generate(request: GenerationRequest, handlers: GenerationHandlers): GenerationHandle {
-    // a response not stored has no cancel route: closing the request stops it (startGeneration)
     const { baseUrl, apiKey, fetch } = this.options;
-    const post = { url: `${baseUrl}/v1/responses`, body: responsesBody(request), accept: 'text/event-stream', apiKey, fetch };
-    return startGeneration(post, handlers, (response, settle) => this.read(response, handlers, settle));
+    const at: { id?: string } = {};
+    const post = { url: `${baseUrl}/v1/responses`, body: responsesBody(request), accept: 'text/event-stream', apiKey, fetch, stopOnServer: () => this.cancelOnServer(at.id) };
+    return startGeneration(post, handlers, (response, settle) => this.read(response, handlers, settle, at));
   }
 
-  private async read(response: Response, handlers: GenerationHandlers, settle: Settle): Promise<void> {
+  /** The events after `point.seq` of the background response `point.stream`. */
+  resume(point: ResumePoint, handlers: GenerationHandlers): GenerationHandle {
+    const { baseUrl, apiKey, fetch } = this.options;
+    const at = { id: point.stream };
+    const id = encodeURIComponent(point.stream);
+    const get = { url: `${baseUrl}/v1/responses/${id}?stream=true&starting_after=${point.seq}`, accept: 'text/event-stream', apiKey, fetch, stopOnServer: () => this.cancelOnServer(at.id) };
+    return startGeneration(get, handlers, (response, settle) => this.read(response, handlers, settle, at));
+  }
+
+  /** A background response runs on without its request: Stop deletes it, which cancels it. */
+  private cancelOnServer(id: string | undefined): void {
+    if (id) void this.call('DELETE', encodeURIComponent(id));
+  }
+
+  private call(method: 'DELETE', path: string): Promise<unknown> {
+    const { baseUrl, apiKey, fetch: fetchImpl } = this.options;
+    return (fetchImpl ?? fetch)(`${baseUrl}/v1/responses/${path}`, { method, headers: authHeaders(apiKey) }).catch(() => undefined);
+  }
+
+  private async read(response: Response, handlers: GenerationHandlers, settle: Settle, at: { id?: string }): Promise<void> {
     const reader = response.body?.getReader();
     if (!reader) {
       settle(() => handlers.onInterrupted('The server sent no stream.'));
       return;
     }
     const events = new ResponsesEventReader(handlers);
-    const decoder = new SseDecoder();
+    const decoder = new SseDecoder(true);
     let outcome: ReaderOutcome | null = null;
     try {
       while (!outcome) {
         const { value, done } = await reader.read();
         for (const event of done ? decoder.end() : decoder.feed(value)) {
+          if (event.comment !== undefined) {
+            if (!outcome) tellAside(event.comment, handlers);
+            continue;
+          }
           let data: unknown;
           try {
             data = JSON.parse(event.data);
           } catch {
             continue;
           }
-          if (isRecord(data) && !outcome) outcome = events.handle(data.type === undefined ? { ...data, type: event.event } : data);
+          if (isRecord(data) && !outcome) {
+            outcome = events.handle(data.type === undefined ? { ...data, type: event.event } : data);
+            at.id ??= events.id;
+          }
         }
         if (done) break;
       }
@@ -161,5 +200,7 @@ export class ResponsesClient implements Transport {
     else if (result.kind === 'end') settle(() => handlers.onEnd(result.end));
     else settle(() => handlers.onError(result.error));
     void reader.cancel().catch(() => undefined);
+    // Ended and read: the page has it, the server's copy would only fill its store.
+    if (result && at.id) void this.call('DELETE', encodeURIComponent(at.id));
   }
 }

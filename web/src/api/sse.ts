@@ -6,11 +6,16 @@
 export interface SseEvent {
   event: string;
   data: string;
+  /** A comment line's text after the colon, in its place among the events (only when asked for). */
+  comment?: string;
   id?: string;
   retry?: number;
 }
 
 export class SseDecoder {
+  /** `comments`: comment lines come out too, in order (tokenpipe says queue places and prefill progress there). */
+  constructor(private readonly comments = false) {}
+
   private readonly decoder = new TextDecoder('utf-8');
   private line = '';
   private skipLineFeed = false;
@@ -65,7 +70,7 @@ export class SseDecoder {
 
   private processLine(line: string): SseEvent | null {
     if (line === '') return this.dispatch();
-    if (line.startsWith(':')) return null;
+    if (line.startsWith(':')) return this.comments ? { event: '', data: '', comment: line.slice(1).trimStart() } : null;
     const colon = line.indexOf(':');
     const field = colon === -1 ? line : line.slice(0, colon);
     let value = colon === -1 ? '' : line.slice(colon + 1);

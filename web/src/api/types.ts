@@ -73,8 +73,13 @@ export interface EndInfo {
  */
 export interface GenerationHandlers {
   onQueued?(position: number): void;
-  /** `stream`: the token a reloaded page resumes this answer with (tokenpipe.v1 only). */
-  onStart?(info: { model?: string; promptTokens?: number | null; stream?: string }): void;
+  /** A long prompt's prefill so far: `done` of its `total` prompt tokens read (before the first delta). */
+  onProgress?(done: number, total: number): void;
+  /**
+   * `stream`: what a reloaded page resumes this answer with: a stream token (tokenpipe.v1 and
+   * resumable SSE share one store), or with `resumeKind: 'response'` a background response's id.
+   */
+  onStart?(info: { model?: string; promptTokens?: number | null; stream?: string; resumeKind?: 'response' }): void;
   onDelta(text: string, meta?: DeltaMeta): void;
   onEnd(info: EndInfo): void;
   onError(error: ApiError): void;
@@ -82,13 +87,24 @@ export interface GenerationHandlers {
   onInterrupted(reason: string, info?: { unresumable?: boolean }): void;
 }
 
-/** Where a delta sits in its stream (tokenpipe.v1): its seq, and a tool call's channel fields. */
+/** Where a delta sits in its stream (tokenpipe.v1 seq, SSE id − 1, Responses sequence number): its seq, and a tool call's channel fields. */
 export interface DeltaMeta {
   seq?: number;
   channel?: string;
   index?: number;
   callId?: string;
   name?: string;
+}
+
+/**
+ * Where a reloaded page picks an answer up: a stream token and the last tokenpipe.v1 seq it
+ * has (SSE event id − 1), or (`kind: 'response'`) a background response's id and the last
+ * event sequence number it has.
+ */
+export interface ResumePoint {
+  stream: string;
+  seq: number;
+  kind?: 'response';
 }
 
 export interface GenerationHandle {
@@ -101,6 +117,6 @@ export type TransportKind = 'ws' | 'sse' | 'rest' | 'responses';
 export interface Transport {
   readonly kind: TransportKind;
   generate(request: GenerationRequest, handlers: GenerationHandlers): GenerationHandle;
-  /** Attach to a resumable answer by its stream token (tokenpipe.v1 only). */
-  resume?(stream: string, afterSeq: number, handlers: GenerationHandlers): GenerationHandle;
+  /** Attach to a resumable answer: what comes after `point.seq` comes again, then it goes on live. */
+  resume?(point: ResumePoint, handlers: GenerationHandlers): GenerationHandle;
 }

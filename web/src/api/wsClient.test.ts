@@ -16,6 +16,7 @@ function recorder() {
   const handlers: GenerationHandlers = {
     onQueued: (position) => events.push(`queued:${position}`),
     onStart: () => events.push('start'),
+    onProgress: (done, total) => events.push(`progress:${done}/${total}`),
     onDelta: (delta) => {
       text += delta;
       events.push(`delta:${delta}`);
@@ -159,6 +160,21 @@ describe('TokenpipeSocket generations', () => {
     current().receive({ type: 'queued', id, position: 1 });
     current().receive({ type: 'start', id });
     expect(rec.events).toEqual(['queued:3', 'queued:1', 'start']);
+  });
+
+  it('passes prefill progress through, and drops frames that are not numbers', () => {
+    const { client, current } = setup();
+    client.connect();
+    openWithHello(current());
+    const rec = recorder();
+    client.generate(REQUEST, rec.handlers);
+    const id = current().sent[0]?.id;
+    current().receive({ type: 'start', id });
+    current().receive({ type: 'progress', id, prompt_tokens_done: 512, prompt_tokens: 1300 });
+    current().receive({ type: 'progress', id, prompt_tokens_done: '1024', prompt_tokens: 1300 });
+    current().receive({ type: 'progress', id, prompt_tokens_done: 1300, prompt_tokens: 1300 });
+    current().receive({ type: 'delta', id, seq: 0, text: 'A' });
+    expect(rec.events).toEqual(['start', 'progress:512/1300', 'progress:1300/1300', 'delta:A']);
   });
 
   it('cancels with a cancel frame and ends on the server end frame', () => {
@@ -351,7 +367,7 @@ describe('TokenpipeSocket reconnect', () => {
     const { client, current } = setup();
     const rec = recorder();
     const seqs: (number | undefined)[] = [];
-    client.resume('tok-9', 4, { ...rec.handlers, onDelta: (text, meta) => { seqs.push(meta?.seq); rec.handlers.onDelta(text, meta); } });
+    client.resume({ stream: 'tok-9', seq: 4 }, { ...rec.handlers, onDelta: (text, meta) => { seqs.push(meta?.seq); rec.handlers.onDelta(text, meta); } });
     openWithHello(current());
     const sent = current().sent[0];
     expect(sent).toMatchObject({ type: 'resume', stream: 'tok-9', after_seq: 4 });
@@ -370,7 +386,7 @@ describe('TokenpipeSocket reconnect', () => {
     client.connect();
     openWithHello(current());
     const rec = recorder();
-    client.resume('gone', 2, rec.handlers);
+    client.resume({ stream: 'gone', seq: 2 }, rec.handlers);
     const id = current().sent[0]?.id;
     current().receive({ type: 'error', id, code: 'unknown_id', message: 'no resumable generation for that stream token (expired or unknown)' });
     expect(rec.events).toEqual(['interrupted']);

@@ -5,7 +5,8 @@
  */
 import { wsProtocols, WS_PROTOCOL } from './auth';
 import { backoffDelay, DEFAULT_BACKOFF, type BackoffOptions } from './backoff';
-import type { GenerationHandle, GenerationHandlers, GenerationRequest, Transport } from './types';
+import type { GenerationHandle, GenerationHandlers, GenerationRequest, ResumePoint, Transport } from './types';
+import { describeClose, NOT_CONNECTED, UNRESUMABLE } from './wsWords';
 import { parseServerFrame, type ClientFrame, type DeltaFrame, type ErrorFrame, type HelloFrame, type ServerFrame } from './wsFrames';
 
 /** The part of the browser's WebSocket this client uses, so tests can pass a fake. */
@@ -58,30 +59,12 @@ interface ActiveGeneration {
   timer?: ReturnType<typeof setTimeout>;
 }
 
-const NOT_CONNECTED = 'could not connect: the server is down, or it refused this page or its API key';
-const UNRESUMABLE =
-  'The server no longer has this answer (it restarted, or the connection was away longer than it keeps answers), so it cannot go on from where it stopped.';
 const FRAME_ONLY_ERRORS = new Set(['duplicate_id', 'unknown_id']);
 let idCounter = 0;
 
 function newGenerationId(): string {
   idCounter += 1;
   return `g${Date.now().toString(36)}-${idCounter}`;
-}
-
-function describeClose(code: number, reason: string): string {
-  const words: Record<number, string> = {
-    1000: 'the server closed the connection',
-    1001: 'the server is going away',
-    1006: 'the connection was lost',
-    1008: 'the server refused the connection (policy)',
-    1009: 'a message was too big for the server',
-    1011: 'the server hit an internal error',
-    1012: 'the server is restarting',
-    1013: 'the server is busy, try again later',
-  };
-  const text = words[code] ?? `the connection closed (code ${code})`;
-  return reason ? `${text}: ${reason}` : text;
 }
 
 export class TokenpipeSocket implements Transport {
@@ -161,6 +144,13 @@ export class TokenpipeSocket implements Transport {
     this.setState({ status: 'closed' });
   }
 
+  /** The page is going away: answers not started yet (no token to resume) are cancelled; the reloaded page asks again. */
+  abandonUnstarted(): void {
+    for (const generation of this.active.values()) {
+      if (generation.phase === 'sent' && this.state.status === 'open') this.send({ type: 'cancel', id: generation.id });
+    }
+  }
+
   generate(request: GenerationRequest, handlers: GenerationHandlers): GenerationHandle {
     const generation: ActiveGeneration = {
       id: newGenerationId(),
@@ -182,7 +172,8 @@ export class TokenpipeSocket implements Transport {
    * Attach to a resumable answer started earlier (by a page since reloaded): every delta
    * after `afterSeq` comes again, then it goes on live. `request` is what a retry would send.
    */
-  resume(stream: string, afterSeq: number, handlers: GenerationHandlers): GenerationHandle {
+  resume(point: ResumePoint, handlers: GenerationHandlers): GenerationHandle {
+    const { stream, seq: afterSeq } = point;
     const generation: ActiveGeneration = {
       id: newGenerationId(),
       request: { messages: [], params: {} },
@@ -287,6 +278,9 @@ export class TokenpipeSocket implements Transport {
     switch (frame.type) {
       case 'queued':
         handlers.onQueued?.(frame.position);
+        return;
+      case 'progress':
+        handlers.onProgress?.(frame.prompt_tokens_done, frame.prompt_tokens);
         return;
       case 'start':
         if (generation.phase === 'resuming') clearTimeout(generation.timer);

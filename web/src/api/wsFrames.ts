@@ -16,6 +16,7 @@ export interface HelloFrame {
 }
 export interface QueuedFrame { type: 'queued'; id: string; position: number }
 export interface StartFrame { type: 'start'; id: string; model?: string; prompt_tokens?: number | null; stream?: string }
+export interface ProgressFrame { type: 'progress'; id: string; prompt_tokens_done: number; prompt_tokens: number }
 export interface DeltaFrame {
   type: 'delta';
   id: string;
@@ -42,7 +43,7 @@ export interface ErrorFrame {
 }
 export interface PongFrame { type: 'pong'; data?: unknown }
 
-export type ServerFrame = HelloFrame | QueuedFrame | StartFrame | DeltaFrame | EndFrame | ErrorFrame | PongFrame;
+export type ServerFrame = HelloFrame | QueuedFrame | StartFrame | ProgressFrame | DeltaFrame | EndFrame | ErrorFrame | PongFrame;
 
 export interface GenerateFrame {
   type: 'generate';
@@ -78,6 +79,10 @@ export function parseServerFrame(data: string): ServerFrame | null {
       return typeof id === 'string' && typeof value.position === 'number' ? (value as unknown as QueuedFrame) : null;
     case 'start':
       return typeof id === 'string' ? (value as unknown as StartFrame) : null;
+    case 'progress':
+      return typeof id === 'string' && typeof value.prompt_tokens_done === 'number' && typeof value.prompt_tokens === 'number'
+        ? (value as unknown as ProgressFrame)
+        : null;
     case 'delta':
       return typeof id === 'string' && typeof value.seq === 'number' && typeof value.text === 'string'
         ? (value as unknown as DeltaFrame)

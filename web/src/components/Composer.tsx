@@ -1,6 +1,7 @@
 import { SendHorizontal, Square } from 'lucide-react';
 import { useDebounced } from '../hooks/useDebounced';
 import { useEffect, useLayoutEffect, useRef, useState, type KeyboardEvent } from 'react';
+import { loadDraft, saveDraft } from '../state/drafts';
 
 /** True while an input method (Japanese, Chinese, …) is composing: Enter then picks a candidate. */
 export function isImeComposing(event: KeyboardEvent<HTMLTextAreaElement>): boolean {
@@ -31,10 +32,22 @@ interface ComposerProps {
   onDraftChange?(text: string): void;
   /** Text to put in the box (a draft carried to a new conversation); a new `token` puts it again. */
   carry?: { text: string; token: number };
+  /** Whose draft the box holds (the conversation's id): kept as it is typed, back after a reload. */
+  draftKey: string;
 }
 
-export function Composer({ running, onSend, onStop, onDraftChange, carry }: ComposerProps) {
-  const [text, setText] = useState('');
+export function Composer({ running, onSend, onStop, onDraftChange, carry, draftKey }: ComposerProps) {
+  const [text, setText] = useState(() => loadDraft(draftKey));
+  const key = useRef(draftKey);
+  const put = (value: string) => {
+    setText(value);
+    saveDraft(key.current, value);
+  };
+  useEffect(() => {
+    if (key.current === draftKey) return;
+    key.current = draftKey;
+    setText(loadDraft(draftKey));
+  }, [draftKey]);
   const [checking, setChecking] = useState(false);
   const [touch] = useState(coarsePointer);
   const area = useRef<HTMLTextAreaElement>(null);
@@ -45,18 +58,22 @@ export function Composer({ running, onSend, onStop, onDraftChange, carry }: Comp
   useEffect(() => onDraftChange?.(reported), [reported, onDraftChange]);
   useEffect(() => {
     if (!carry) return;
-    setText(carry.text);
+    put(carry.text);
     area.current?.focus();
   }, [carry]);
 
   const send = () => {
     if (running || checking || !text.trim()) return;
     const sent = text;
+    const sentFrom = key.current;
     setChecking(true);
     // The prompt is counted first: a message that would overflow is not sent, and stays here.
     void Promise.resolve(onSend(sent)).then((ok) => {
       setChecking(false);
-      if (ok) setText((current) => (current === sent ? '' : current));
+      if (ok) {
+        saveDraft(sentFrom, '');
+        setText((current) => (current === sent ? '' : current));
+      }
       if (ok) area.current?.focus();
     });
   };
@@ -88,7 +105,7 @@ export function Composer({ running, onSend, onStop, onDraftChange, carry }: Comp
         placeholder={touch ? 'Ask anything…' : 'Ask anything…  (Enter to send, Shift+Enter for a new line)'}
         enterKeyHint={touch ? 'enter' : 'send'}
         aria-describedby="composer-hint"
-        onChange={(event) => setText(event.target.value)}
+        onChange={(event) => put(event.target.value)}
         onKeyDown={onKeyDown}
         // On touch screens focusing on load would pop up the keyboard over the page.
         autoFocus={typeof window.matchMedia === 'function' && window.matchMedia('(pointer: fine)').matches}

@@ -8,6 +8,8 @@ import { useFrameClock } from './useFrameClock';
 import { ChevronLeft, ChevronRight, FastForward, Pencil, RefreshCw, RotateCcw, Trash2 } from 'lucide-react';
 import { Markdown } from './Markdown';
 import { ReasoningView, ToolCallCards } from './AnswerParts';
+import { WaitingStatus } from './WaitingStatus';
+import { AnswerEditor } from './AnswerEditor';
 
 export interface MessageActions {
   onEdit(messageId: string, content: string): void;
@@ -17,6 +19,8 @@ export interface MessageActions {
   onDelete(messageId: string): void;
   /** Go on with a partial answer (sent back as the start of the assistant turn). */
   onContinue(messageId: string): void;
+  /** The answer rewritten by hand, kept as a new version; `andContinue`: then the model goes on from it. */
+  onEditAnswer(messageId: string, content: string, andContinue: boolean): void;
 }
 
 interface MessageViewProps {
@@ -123,19 +127,10 @@ function UserMessage({ message, canChange, actions, version, versionCount }: Omi
   );
 }
 
-function AnswerStatus({ message }: { message: Message }) {
+function AnswerStatus({ message, now }: { message: Message; now: number }) {
   switch (message.status) {
     case 'waiting':
-      return (
-        <p className="answer-status" role="status">
-          <span className="typing" aria-hidden="true">
-            <i />
-            <i />
-            <i />
-          </span>
-          {message.queuePosition !== undefined ? `In the queue: position ${message.queuePosition}` : 'Waiting for the model…'}
-        </p>
-      );
+      return <WaitingStatus message={message} now={now} />;
     case 'stopped':
       return <p className="badge badge-stopped">Stopped</p>;
     case 'interrupted':
@@ -156,6 +151,7 @@ function AnswerStatus({ message }: { message: Message }) {
         </p>
       ) : null;
     case 'done':
+      if (message.edited) return <p className="badge badge-edited">Edited by you: Continue lets the model go on from here</p>;
       if (message.finishReason === 'tool_calls') return <p className="badge badge-tool-calls">The model called a tool; this page does not run tools.</p>;
       return message.finishReason === 'length' ? <p className="badge badge-stopped">Cut at the max tokens limit</p> : null;
     default:
@@ -165,14 +161,32 @@ function AnswerStatus({ message }: { message: Message }) {
 
 function AssistantMessage({ message, canChange, offline, actions, version, versionCount }: MessageViewProps) {
   const streaming = message.status === 'streaming' || message.status === 'waiting';
-  const now = useFrameClock(message.status === 'streaming');
+  const now = useFrameClock(streaming);
+  const [editing, setEditing] = useState(false);
+  const editButton = useRef<HTMLButtonElement>(null);
+  if (editing) {
+    const close = () => {
+      setEditing(false);
+      requestAnimationFrame(() => editButton.current?.focus());
+    };
+    return (
+      <AnswerEditor
+        initial={message.content}
+        onCancel={close}
+        onSave={(content, andContinue) => {
+          setEditing(false);
+          actions.onEditAnswer(message.id, content, andContinue);
+        }}
+      />
+    );
+  }
   const figures = streaming ? liveParts(message, now) : message.stats ? statsParts(message.stats, message.model) : null;
   return (
     <article className="message assistant" aria-label="Answer" aria-busy={streaming} data-status={message.status}>
       {message.reasoning ? <ReasoningView message={message} /> : null}
       {message.content ? <Markdown text={message.content} streaming={streaming} /> : null}
       <ToolCallCards message={message} />
-      <AnswerStatus message={message} />
+      <AnswerStatus message={message} now={now} />
       <div className="message-footer">
         {streaming ? (
           <>
@@ -197,6 +211,9 @@ function AssistantMessage({ message, canChange, offline, actions, version, versi
                 <RefreshCw aria-hidden="true" size={16} />
               </button>
             )}
+            <button ref={editButton} type="button" className="button-ghost icon" onClick={() => setEditing(true)} disabled={!canChange} aria-label="Edit this answer">
+              <Pencil aria-hidden="true" size={16} />
+            </button>
             <DeleteButton message={message} canChange={canChange} actions={actions} />
           </>
         )}

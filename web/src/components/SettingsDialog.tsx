@@ -2,6 +2,8 @@ import { X } from 'lucide-react';
 import { useEffect, useRef, useState, type ReactNode } from 'react';
 import { parseStopStrings, parseTools, TOOL_CHOICES } from '../state/settings';
 import type { Settings } from '../state/settings';
+import type { TransportKind } from '../api/types';
+import { TransportSwitch } from './TransportSwitch';
 
 interface SettingsDialogProps {
   open: boolean;
@@ -13,6 +15,8 @@ interface SettingsDialogProps {
   models: string[];
   onChange(patch: Partial<Settings>): void;
   onClose(): void;
+  /** The transport switch, shown here on phones (the header has it on wider screens). */
+  transport?: { value: TransportKind; onChange(kind: TransportKind): void };
 }
 
 type NumberKey = 'temperature' | 'topP' | 'maxTokens' | 'seed' | 'topK' | 'minP' | 'repetitionPenalty';
@@ -143,7 +147,7 @@ function Section({ title, children }: { title: string; children: ReactNode }) {
   );
 }
 
-export function SettingsDialog({ open, settings, maxTokensLimit, defaultMaxTokens, models, onChange, onClose }: SettingsDialogProps) {
+export function SettingsDialog({ open, settings, maxTokensLimit, defaultMaxTokens, models, onChange, onClose, transport }: SettingsDialogProps) {
   const dialog = useRef<HTMLDialogElement>(null);
   const [showKey, setShowKey] = useState(false);
 
@@ -167,6 +171,12 @@ export function SettingsDialog({ open, settings, maxTokensLimit, defaultMaxToken
         </header>
         {open ? (
           <>
+            {transport ? (
+              <div className="phone-only settings-transport">
+                <p aria-hidden="true">Transport</p>
+                <TransportSwitch value={transport.value} onChange={transport.onChange} className="segmented in-settings" name="transport-settings" />
+              </div>
+            ) : null}
             <Section title="Conversation">
               {models.length > 0 ? (
                 <div className="field">

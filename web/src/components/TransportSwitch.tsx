@@ -9,13 +9,14 @@ const DESCRIPTIONS: Record<TransportKind, string> = {
   responses: 'Responses: OpenAI Responses API, streamed events (temperature, top p, max tokens and seed only)',
 };
 
-export function TransportSwitch({ value, onChange }: { value: TransportKind; onChange(kind: TransportKind): void }) {
+/** `className`: where it shows (the header on wide screens, Settings on phones); `name`: its radio group. */
+export function TransportSwitch({ value, onChange, className = 'segmented', name = 'transport' }: { value: TransportKind; onChange(kind: TransportKind): void; className?: string; name?: string }) {
   return (
-    <fieldset className="segmented">
+    <fieldset className={className}>
       <legend className="visually-hidden">Transport</legend>
       {KINDS.map((kind) => (
         <label key={kind} title={DESCRIPTIONS[kind]}>
-          <input type="radio" name="transport" value={kind} checked={value === kind} onChange={() => onChange(kind)} />
+          <input type="radio" name={name} value={kind} checked={value === kind} onChange={() => onChange(kind)} />
           <span>{TRANSPORT_NAMES[kind]}</span>
         </label>
       ))}

@@ -1,6 +1,6 @@
 /** Runs answers on a transport and feeds their events to the conversation reducer. */
 import { useCallback, useEffect, useMemo, useRef, type Dispatch } from 'react';
-import type { EndInfo, GenerationHandle, GenerationHandlers, GenerationRequest, Transport } from '../api/types';
+import type { EndInfo, GenerationHandle, GenerationHandlers, GenerationRequest, ResumePoint, Transport } from '../api/types';
 import type { AnswerStats, ChatAction } from '../state/conversations';
 import { DeltaBatcher } from './deltaBatcher';
 
@@ -22,8 +22,8 @@ const RENDER_INTERVAL_MS = 50;
 
 export interface Generation {
   start(conversationId: string, messageId: string, request: GenerationRequest): void;
-  /** Go on with an answer a reloaded page knew by its stream token; false where the transport cannot. */
-  resume(conversationId: string, messageId: string, stream: string, afterSeq: number): boolean;
+  /** Go on with an answer a reloaded page knew by its stream token or response id. */
+  resume(conversationId: string, messageId: string, point: ResumePoint): void;
   stop(messageId: string): void;
   stopConversation(conversationId: string): void;
   isRunning(messageId: string): boolean;
@@ -44,7 +44,13 @@ export function statsFrom(transport: Transport['kind'], clock: Clock, now: numbe
   return { transport, measuredBy: 'browser', ttftMs, totalMs: now - clock.startedAt, tokensPerS, ...counts };
 }
 
-export function useGeneration(dispatch: Dispatch<ChatAction>, transport: Transport): Generation {
+/** Who resumes an answer whatever the transport now: stream tokens (SSE), background responses. */
+export interface Resumers {
+  stream: Transport;
+  response: Transport;
+}
+
+export function useGeneration(dispatch: Dispatch<ChatAction>, transport: Transport, resumers: Resumers): Generation {
   const running = useRef(new Map<string, Running>());
   const batcher = useMemo(
     () =>
@@ -79,7 +85,9 @@ export function useGeneration(dispatch: Dispatch<ChatAction>, transport: Transpo
       };
       return {
         onQueued: (position) => dispatch({ type: 'answer/queued', ...ref, position }),
-        onStart: (info) => dispatch({ type: 'answer/started', ...ref, model: info.model, ...(info.stream ? { stream: info.stream } : {}) }),
+        onProgress: (done, total) => dispatch({ type: 'answer/progress', ...ref, done, total, at: Date.now() }),
+        onStart: (info) =>
+          dispatch({ type: 'answer/started', ...ref, model: info.model, ...(info.stream ? { stream: info.stream } : {}), ...(info.resumeKind ? { resumeKind: info.resumeKind } : {}) }),
         onDelta: (text, meta) => {
           clock.firstTokenAt ??= performance.now();
           // Thinking and call fragments go to their own parts; every delta's seq counts for a resume.
@@ -111,13 +119,14 @@ export function useGeneration(dispatch: Dispatch<ChatAction>, transport: Transpo
   );
 
   const resume = useCallback(
-    (conversationId: string, messageId: string, stream: string, afterSeq: number) => {
-      if (!transport.resume || running.current.has(messageId)) return false;
-      const handle = transport.resume(stream, afterSeq, handlersFor(conversationId, messageId));
+    (conversationId: string, messageId: string, point: ResumePoint) => {
+      if (running.current.has(messageId)) return;
+      // A stream token resumes over the WebSocket or SSE alike (one store); a response id over Responses.
+      const via = point.kind === 'response' ? resumers.response : transport.kind === 'ws' ? transport : resumers.stream;
+      const handle = (via.resume as NonNullable<Transport['resume']>).call(via, point, handlersFor(conversationId, messageId));
       running.current.set(messageId, { conversationId, handle });
-      return true;
     },
-    [handlersFor, transport],
+    [handlersFor, transport, resumers],
   );
 
   const isRunningNow = useCallback((messageId: string) => running.current.has(messageId), []);

@@ -4,6 +4,7 @@ import { listModels, OpenAiClient } from '../api/openai';
 import { ResponsesClient } from '../api/responses';
 import type { Transport, TransportKind } from '../api/types';
 import { useDebounced } from './useDebounced';
+import type { Resumers } from './useGeneration';
 import { TokenpipeSocket, type ConnectionState } from '../api/wsClient';
 
 export function serverBaseUrl(): string {
@@ -25,6 +26,8 @@ export interface TransportInfo {
   socket: TokenpipeSocket | null;
   /** Ids from `GET /v1/models`; null while unknown or where the route is missing. */
   httpModels: string[] | null;
+  /** Who resumes an answer a reloaded page knew, whatever the transport now. */
+  resumers: Resumers;
 }
 
 export function useTransport(kind: TransportKind, typedApiKey: string): TransportInfo {
@@ -41,15 +44,22 @@ export function useTransport(kind: TransportKind, typedApiKey: string): Transpor
     [kind, apiKey],
   );
   const [httpModels, setHttpModels] = useState<string[] | null>(null);
+  const resumers = useMemo(
+    () => ({ stream: new OpenAiClient({ baseUrl: serverBaseUrl(), apiKey, stream: true }), response: new ResponsesClient({ baseUrl: serverBaseUrl(), apiKey }) }),
+    [apiKey],
+  );
 
   useEffect(() => {
     if (!socket) return;
     socket.connect();
     // Coming back online is a better moment to retry than whatever the backoff says.
     const online = () => socket.retryNow();
+    const leaving = () => socket.abandonUnstarted();
     window.addEventListener('online', online);
+    window.addEventListener('pagehide', leaving);
     return () => {
       window.removeEventListener('online', online);
+      window.removeEventListener('pagehide', leaving);
       socket.close();
     };
   }, [socket]);
@@ -67,5 +77,5 @@ export function useTransport(kind: TransportKind, typedApiKey: string): Transpor
 
   const subscribe = useCallback((listener: () => void) => (socket ? socket.subscribe(listener) : noSubscription()), [socket]);
   const connection = useSyncExternalStore(subscribe, () => socket?.connectionState ?? IDLE);
-  return { transport: (socket ?? http) as Transport, connection, socket, httpModels };
+  return { transport: (socket ?? http) as Transport, connection, socket, httpModels, resumers };
 }

@@ -84,11 +84,11 @@ describe('chatReducer: stop, errors, interruptions', () => {
     expect(messagesOf(cut)[3]).toMatchObject({ status: 'interrupted', note: 'lost' });
   });
 
-  it('marks answers that were running when the page closed as interrupted on load', () => {
+  it('keeps answers that were running when the page closed running on load: the page resumes or asks again', () => {
     const running = twoTurns().conversations.c1;
     if (!running) throw new Error('setup');
     const state = chatReducer(initialChatState, { type: 'hydrate', conversations: [running], activeId: 'c1' });
-    expect(messagesOf(state)[3]?.status).toBe('interrupted');
+    expect(messagesOf(state)[3]?.status).toBe('streaming');
     expect(messagesOf(state)[1]?.status).toBe('done');
     expect(state.activeId).toBe('c1');
   });
@@ -111,11 +111,17 @@ describe('chatReducer: resumable answers', () => {
     expect(messagesOf(again)[1]?.resume).toEqual({ stream: 'tok', seq: 2 });
   });
 
-  it('a resumable answer stays running through a reload; others are interrupted', () => {
+  it('a running answer stays running through a reload; one off the branch in view is interrupted', () => {
     const stored = resumable().conversations.c1 as Conversation;
-    const state = chatReducer(initialChatState, { type: 'hydrate', conversations: [stored, twoTurns().conversations.c1 as Conversation].map((c, i) => ({ ...c, id: `c${i + 1}` })) });
+    const offPath = { ...stored, id: 'c2', messages: stored.messages.slice(0, 1), offPath: { a1: stored.messages[1] as Message } };
+    const state = chatReducer(initialChatState, { type: 'hydrate', conversations: [stored, offPath] });
     expect(state.conversations.c1?.messages[1]).toMatchObject({ status: 'streaming', resume: { seq: 2 } });
-    expect(state.conversations.c2?.messages[3]?.status).toBe('interrupted');
+    expect(state.conversations.c2?.offPath?.a1?.status).toBe('interrupted');
+  });
+
+  it('keeps the kind of a background response with its id', () => {
+    const state = chatReducer(resumable(), { type: 'answer/started', ...ref('a1'), stream: 'resp_1', resumeKind: 'response' });
+    expect(messagesOf(state)[1]?.resume).toEqual({ stream: 'resp_1', seq: 2, kind: 'response' });
   });
 
   it('a settled answer drops its token; one that cannot be resumed says so', () => {

@@ -2,10 +2,14 @@
  * Conversations as pure data and one reducer over them: sending, editing, regenerating,
  * and the life of each answer (waiting → streaming → done / stopped / error / interrupted).
  */
-import type { ApiError, FinishReason, TransportKind, WireMessage } from '../api/types';
+import type { ApiError, FinishReason, ResumePoint, TransportKind, WireMessage } from '../api/types';
 import { addVersion, allMessages, removeMessage, stepVersion, switchVersion } from './branches';
 import { withDropped } from './context';
-import { mergeCalls, type ToolCall, type ToolCallPiece } from './parts';
+import { appended, canContinue, ended, isRunning, progressed, settle, whileRunning } from './answers';
+import type { ToolCall, ToolCallPiece } from './parts';
+import type { PrefillProgress } from './progress';
+
+export { canContinue, editedAnswer, isRunning } from './answers';
 
 export type AnswerStatus = 'waiting' | 'streaming' | 'done' | 'stopped' | 'error' | 'interrupted';
 
@@ -28,14 +32,18 @@ export interface Message {
   createdAt: number;
   status?: AnswerStatus;
   queuePosition?: number;
+  /** A long prompt's prefill while the answer waits for its first token. */
+  prefill?: PrefillProgress;
+  /** When this answer was last asked for (Date.now; a Continue asks again): the wait is timed from it. */
+  requestedAt?: number;
   finishReason?: FinishReason;
   error?: ApiError;
   /** Why an answer was interrupted, in words. */
   note?: string;
   model?: string;
   stats?: AnswerStats;
-  /** A resumable answer's stream token and the seq of the last delta in `content`. */
-  resume?: { stream: string; seq: number };
+  /** A resumable answer's stream token (or background response id) and the seq of the last delta in `content`. */
+  resume?: ResumePoint;
   /** Deltas received so far and when the first came (Date.now), for the live figures. */
   streamedTokens?: number;
   firstTokenAt?: number;
@@ -46,6 +54,8 @@ export interface Message {
   reasoningStartedAt?: number;
   /** When the thinking ended: the first text or call after it, or the end of the answer. */
   reasoningEndedAt?: number;
+  /** The user rewrote this answer: Continue goes on from their text. */
+  edited?: boolean;
   /** The calls the model made; this page runs none of them. */
   toolCalls?: ToolCall[];
 }
@@ -115,24 +125,16 @@ export type ChatAction =
   /** A new version of the answer `messageId` (default: the last one). */
   | { type: 'regenerate'; conversationId: string; messageId?: string; assistant: Message; now: number }
   /** Go on with a partial answer that cannot be resumed: it is sent back as the start of the turn. */
-  | ({ type: 'answer/continue' } & AnswerRef)
+  | ({ type: 'answer/continue'; at?: number } & AnswerRef)
+  /** A new version of the answer `messageId` with the user's text (`answer` from editedAnswer). */
+  | { type: 'editAnswer'; conversationId: string; messageId: string; answer: Message; now: number }
   | ({ type: 'answer/queued'; position: number } & AnswerRef)
-  | ({ type: 'answer/started'; model?: string; stream?: string } & AnswerRef)
+  | ({ type: 'answer/progress'; done: number; total: number; at: number } & AnswerRef)
+  | ({ type: 'answer/started'; model?: string; stream?: string; resumeKind?: 'response' } & AnswerRef)
   | ({ type: 'answer/append'; text: string; seq?: number; deltas?: number; at?: number; reasoning?: string; calls?: ToolCallPiece[] } & AnswerRef)
   | ({ type: 'answer/finished'; finishReason: FinishReason; stats?: AnswerStats; at?: number } & AnswerRef)
   | ({ type: 'answer/failed'; error: ApiError; stats?: AnswerStats; at?: number } & AnswerRef)
   | ({ type: 'answer/interrupted'; reason: string; unresumable?: boolean; stats?: AnswerStats; at?: number } & AnswerRef);
-
-const RUNNING: ReadonlySet<AnswerStatus | undefined> = new Set<AnswerStatus | undefined>(['waiting', 'streaming']);
-
-export function isRunning(message: Message): boolean {
-  return message.role === 'assistant' && RUNNING.has(message.status);
-}
-
-/** A partial answer the model can go on with (assistant prefill): it ended before the model finished. */
-export function canContinue(message: Message): boolean {
-  return message.role === 'assistant' && (message.status === 'interrupted' || message.status === 'error') && message.content.trim() !== '';
-}
 
 /** The messages for Continue: the history before the answer, then the partial answer as the last, assistant, turn. */
 export function continuationOf(conversation: Conversation, messageId: string, fallbackSystemPrompt = ''): WireMessage[] | null {
@@ -195,16 +197,6 @@ function updateAnswer(state: ChatState, ref: AnswerRef, update: (message: Messag
   return replace(state, { ...conversation, messages });
 }
 
-/** Events that arrive after an answer settled (a late delta after Stop) change nothing. */
-function whileRunning(update: (message: Message) => Message): (message: Message) => Message {
-  return (message) => (isRunning(message) ? update(message) : message);
-}
-
-function settle(message: Message, fields: Partial<Message>): Message {
-  const { queuePosition: _dropped, ...rest } = message;
-  return { ...rest, ...fields };
-}
-
 /** Running answers of a conversation settled with `fields`; those `keep` accepts stay. */
 function settleRunning(conversation: Conversation, fields: Partial<Message>, keep: (m: Message) => boolean = () => false): Conversation {
   if (!allMessages(conversation).some((m) => isRunning(m) && !keep(m))) return conversation;
@@ -213,13 +205,12 @@ function settleRunning(conversation: Conversation, fields: Partial<Message>, kee
   return { ...conversation, messages: conversation.messages.map(fix), ...(offPath ? { offPath } : {}) };
 }
 
-/** An answer that was running when the page went away goes on if it can be resumed. */
+/**
+ * An answer that was running when the page went away goes on (the page resumes it, or asks
+ * again where it had no token yet); one off the branch in view is settled as interrupted.
+ */
 function hydrated(conversation: Conversation): Conversation {
-  return settleRunning(
-    conversation,
-    { status: 'interrupted', note: 'The page was closed while this answer was arriving.' },
-    (m) => m.resume !== undefined && conversation.messages.includes(m),
-  );
+  return settleRunning(conversation, { status: 'interrupted', note: 'The page was closed while this answer was arriving.' }, (m) => conversation.messages.includes(m));
 }
 
 function withUndo(state: ChatState, label: string, conversations: Conversation[]): UndoEntry {
@@ -332,17 +323,29 @@ export function chatReducer(state: ChatState, action: ChatAction): ChatState {
     case 'edit':
     case 'regenerate':
       return editOrRegenerate(state, action);
+    case 'editAnswer': {
+      const conversation = state.conversations[action.conversationId];
+      const index = conversation?.messages.findIndex((m) => m.id === action.messageId && m.role === 'assistant') ?? -1;
+      if (!conversation || index < 0 || conversation.messages.some(isRunning)) return state;
+      return touch(state, { ...addVersion(conversation, index, action.answer), updatedAt: action.now });
+    }
     case 'answer/continue': {
       const conversation = state.conversations[action.conversationId];
       if (!conversation || conversation.messages.some(isRunning)) return state;
       return updateAnswer(state, action, (m) => {
         if (!canContinue(m)) return m;
-        const { note: _n, unresumable: _u, error: _e, stats: _s, streamedTokens: _t, firstTokenAt: _f, finishReason: _r, ...rest } = m;
-        return { ...rest, status: 'waiting' };
+        const { note: _n, unresumable: _u, error: _e, stats: _s, streamedTokens: _t, firstTokenAt: _f, finishReason: _r, edited: _d, ...rest } = m;
+        return { ...rest, status: 'waiting', ...(action.at !== undefined ? { requestedAt: action.at } : {}) };
       });
     }
     case 'answer/queued':
       return updateAnswer(state, action, whileRunning((m) => ({ ...m, status: 'waiting', queuePosition: action.position })));
+    case 'answer/progress':
+      return updateAnswer(
+        state,
+        action,
+        whileRunning((m) => progressed(m, action.done, action.total, action.at)),
+      );
     case 'answer/started':
       return updateAnswer(
         state,
@@ -350,7 +353,7 @@ export function chatReducer(state: ChatState, action: ChatAction): ChatState {
         whileRunning((m) =>
           settle(m, {
             ...(action.model ? { model: action.model } : {}),
-            ...(action.stream ? { resume: { stream: action.stream, seq: m.resume?.seq ?? -1 } } : {}),
+            ...(action.stream ? { resume: { stream: action.stream, seq: m.resume?.seq ?? -1, ...(action.resumeKind ? { kind: action.resumeKind } : {}) } } : {}),
           }),
         ),
       );
@@ -377,36 +380,3 @@ export function chatReducer(state: ChatState, action: ChatAction): ChatState {
   }
 }
 
-/** One batch of deltas: text, thinking and call fragments, each where it belongs. */
-function appended(m: Message, action: Extract<ChatAction, { type: 'answer/append' }>): Message {
-  const next: Message = {
-    ...settle(m, {}),
-    status: 'streaming',
-    content: m.content + action.text,
-    streamedTokens: (m.streamedTokens ?? 0) + (action.deltas ?? 1),
-    ...((m.firstTokenAt ?? action.at) !== undefined ? { firstTokenAt: m.firstTokenAt ?? action.at } : {}),
-    ...(m.resume && action.seq !== undefined ? { resume: { ...m.resume, seq: action.seq } } : {}),
-  };
-  if (action.reasoning) {
-    next.reasoning = (m.reasoning ?? '') + action.reasoning;
-    const startedAt = m.reasoningStartedAt ?? action.at;
-    if (startedAt !== undefined) next.reasoningStartedAt = startedAt;
-  }
-  if (action.calls?.length) next.toolCalls = mergeCalls(m.toolCalls, action.calls);
-  // The thinking is over once the answer itself (text or a call) begins.
-  const answerBegan = action.text !== '' || (action.calls?.length ?? 0) > 0;
-  if (answerBegan && next.reasoning && next.reasoningEndedAt === undefined && action.at !== undefined) next.reasoningEndedAt = action.at;
-  return next;
-}
-
-/** A settled answer: nothing left to resume, and thinking that was still going ends here. */
-function ended(message: Message, at: number | undefined): Message {
-  const done = dropResume(message);
-  return done.reasoning && done.reasoningEndedAt === undefined && at !== undefined ? { ...done, reasoningEndedAt: at } : done;
-}
-
-/** A settled answer has nothing left to resume. */
-function dropResume(message: Message): Message {
-  const { resume: _gone, ...rest } = message;
-  return rest;
-}
