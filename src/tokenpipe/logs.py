@@ -5,6 +5,7 @@ Credentials never reach a log line, whoever logs them: at debug level websockets
 every handshake header (`Authorization: Bearer ...`, the `tokenpipe.bearer.<key>`
 subprotocol), so a filter on the handler redacts credential headers, bearer tokens, the
 bearer subprotocol and the configured keys themselves, in messages, tracebacks and extras.
+A traceback of a kind already logged within the minute is left out (ThrottleTracebacks).
 """
 
 from __future__ import annotations
@@ -77,6 +78,35 @@ def _keep_name(match: re.Match[str]) -> str:
     return match.group(1) + match.group(2) + REDACTED
 
 
+class ThrottleTracebacks(logging.Filter):
+    """One traceback per kind (logger, exception type, message) and `interval_s`: a client
+    that can make the server fail the same way over and over must not fill the log with
+    the same traceback. The line itself stays, without its traceback, saying when it was
+    last written in full."""
+
+    def __init__(self, interval_s: float = 60.0) -> None:
+        super().__init__()
+        self.interval_s = interval_s
+        self._last: dict[tuple[str, str, str], float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.exc_info or record.exc_info[0] is None:
+            return True
+        kind = (record.name, record.exc_info[0].__qualname__, str(record.msg))
+        now = time.monotonic()
+        last = self._last.get(kind)
+        if last is None or now - last >= self.interval_s:
+            if len(self._last) > 1024:  # kinds come from the code, but bound them anyway
+                self._last.clear()
+            self._last[kind] = now
+            return True
+        record.msg = f"{record.getMessage()} ({record.exc_info[0].__qualname__}: " \
+                     f"{record.exc_info[1]}; its traceback was logged {now - last:.0f} s ago)"
+        record.args = None
+        record.exc_info = record.exc_text = None
+        return True
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
@@ -104,6 +134,7 @@ def setup_logging(level: str, fmt: str, secrets: Iterable[str | None] = ()) -> d
     else:
         handler.setFormatter(logging.Formatter(
             "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(ThrottleTracebacks())  # before the redaction, which formats them
     handler.addFilter(RedactSecrets(secrets))
     root = logging.getLogger()
     root.handlers[:] = [handler]
