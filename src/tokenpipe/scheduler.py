@@ -47,15 +47,9 @@ from .types import (
 
 log = logging.getLogger("tokenpipe.scheduler")
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"  # the thinking section's tags
-# Prompts up to this many characters are tokenized in place (tens of microseconds; a thread
-# hop would cost more); longer ones in a worker thread.
+# Requests up to this many characters are templated and tokenized in place (tens of
+# microseconds; a thread hop would cost more); larger ones in a worker thread.
 INLINE_PROMPT_CHARS = 16384
-
-
-def _prompt_chars(request: GenerationRequest) -> int:
-    if request.prompt is not None:
-        return len(request.prompt)
-    return sum(len(m.content) for m in request.messages or ())
 
 
 class Scheduler:
@@ -124,7 +118,7 @@ class Scheduler:
         prepared = None
         if constrained(request):  # a grammar compiles in its own pool, under a deadline
             prepared = await compile_pool.prepare(self.engine, request, self.default_max_tokens)
-        elif _prompt_chars(request) > INLINE_PROMPT_CHARS:
+        elif request.prompt_chars() > INLINE_PROMPT_CHARS:
             prepared = await asyncio.to_thread(self.engine.prepare, request,
                                                self.default_max_tokens)
         return self.submit(request, resumable=resumable, prepared=prepared, into=into, api=api)
@@ -136,7 +130,7 @@ class Scheduler:
         tokenizer (openai: its upstream counts)."""
         if self._closing:
             raise ShuttingDown("the server is shutting down")
-        if _prompt_chars(request) > INLINE_PROMPT_CHARS:
+        if request.prompt_chars() > INLINE_PROMPT_CHARS:
             return await asyncio.to_thread(self._count, request)
         return self._count(request)
 

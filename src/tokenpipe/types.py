@@ -10,6 +10,7 @@ if TYPE_CHECKING:  # errors.py imports nothing of tokenpipe either
     from .errors import TokenpipeError
 
 Role = Literal["system", "user", "assistant", "tool"]
+TURN_CHARS = 32  # what a chat template writes around each turn, at least: role tags
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +111,20 @@ class GenerationRequest:
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.prompt is None):
             raise ValueError("exactly one of messages or prompt is required")
+
+    def prompt_chars(self) -> int:
+        """What templating and tokenizing the request reads: every part the prompt holds,
+        not only the messages' text (tool calls' arguments, tools' schemas and
+        descriptions, each turn's tags: 30,000 empty messages are a long prompt too)."""
+        chars = sum(len(t.name) + len(t.description or "") + len(t.parameters)
+                    for t in self.tools)
+        if self.prompt is not None:
+            return chars + len(self.prompt)
+        for m in self.messages or ():
+            chars += TURN_CHARS + len(m.content) + len(m.tool_call_id or "")
+            for call in m.tool_calls:
+                chars += len(call.id) + len(call.name) + len(call.arguments)
+        return chars
 
 
 class FinishReason(enum.StrEnum):

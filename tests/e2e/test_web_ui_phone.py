@@ -31,7 +31,8 @@ def test_the_phone_header_is_one_compact_row(live_server: LiveServer,
     wait_connected(page)
     header = page.locator(".chat-header").bounding_box()
     assert header is not None and header["height"] <= 60, header  # it was 116 px
-    expect(page.locator(".chat-header .connection")).to_have_text("Connected")  # said to screen readers
+    # the connection in words, said to screen readers
+    expect(page.locator(".chat-header .connection")).to_have_text("Connected")
     expect(page.get_by_role("radio", name="SSE")).to_have_count(0)  # not in the header
     shot(page, "phone-header-light")
 

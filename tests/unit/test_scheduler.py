@@ -195,6 +195,49 @@ async def test_a_long_prompt_is_tokenized_off_the_event_loop() -> None:
         await Scheduler(FakeEngine(context_tokens=64)).start(req("x" * (INLINE_PROMPT_CHARS * 2)))
 
 
+class _CountingEngine(FakeEngine):
+    """The fake engine, noting which thread templated each request it counted."""
+
+    threads: list[str]
+
+    def render(self, request: GenerationRequest) -> str:
+        import threading
+
+        self.threads.append(threading.current_thread().name)
+        return super().render(request)
+
+
+@pytest.mark.parametrize("bulk", ["arguments", "tools", "turns"])
+async def test_bulk_outside_the_message_text_is_prepared_off_the_event_loop(bulk: str) -> None:
+    """The whole request decides, not the messages' text: tool calls' arguments in the
+    history, tools' descriptions (count_tokens: with tools, start() compiles a grammar in
+    its own pool anyway), thousands of empty turns are templated off the loop."""
+    from tokenpipe.scheduler import INLINE_PROMPT_CHARS
+    from tokenpipe.types import Message, Tool, ToolCall
+
+    big = "y" * (INLINE_PROMPT_CHARS + 1)
+    messages: tuple[Message, ...] = (Message("user", "[[tokens=2]]"),)
+    tools: tuple[Tool, ...] = ()
+    if bulk == "arguments":
+        messages = (Message("user", "hi"),
+                    Message("assistant", "", tool_calls=(ToolCall("c1", "f", big),)),
+                    Message("tool", "ok", tool_call_id="c1"), Message("user", "[[tokens=2]]"))
+    elif bulk == "tools":
+        tools = (Tool("f", description=big),)
+    else:
+        messages = tuple(Message("user", "") for _ in range(INLINE_PROMPT_CHARS // 30)) + messages
+    request = GenerationRequest(messages=messages, tools=tools)
+    counting = _CountingEngine(context_tokens=1 << 20)
+    counting.threads = []
+    await Scheduler(counting).count_tokens(request)
+    assert counting.threads and "MainThread" not in counting.threads
+    if not tools:
+        engine = _RecordingEngine(context_tokens=1 << 20)
+        engine.threads = []
+        (await Scheduler(engine).start(request)).cancel()
+        assert len(engine.threads) == 1 and engine.threads[0] != "MainThread"
+
+
 async def test_the_end_names_the_stop_string_that_ended_the_answer() -> None:
     s = scheduler()
     plain, split = (s.submit(GenerationRequest(
