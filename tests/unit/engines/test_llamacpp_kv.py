@@ -37,8 +37,8 @@ CONTEXT, PARALLEL = 1024, 4
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[LlamaCppEngine]:
-    eng = LlamaCppEngine(EngineOptions(context_size=CONTEXT, parallel=PARALLEL, threads=2,
-                                       kv_cache="shared"))
+    options = EngineOptions(context_size=CONTEXT, parallel=PARALLEL, threads=2)
+    eng = LlamaCppEngine(options.with_values(kv_cache="shared"))
     asyncio.run(eng.load())
     yield eng
     asyncio.run(eng.aclose())
@@ -106,8 +106,8 @@ async def test_split_cache_answers_stay_bit_identical_after_a_fragmenting_load()
     """With the split cache each sequence's cells stay in order in its own stream, so the
     same request's logprobs are bit-identical after any other traffic (the shared cache
     cannot promise that once it fragments: docs/determinism.md)."""
-    eng = LlamaCppEngine(EngineOptions(context_size=CONTEXT, parallel=PARALLEL, threads=2,
-                                       kv_cache="split"))
+    options = EngineOptions(context_size=CONTEXT, parallel=PARALLEL, threads=2)
+    eng = LlamaCppEngine(options.with_values(kv_cache="split"))
     await eng.load()
     try:
         assert eng.info.context_tokens == CONTEXT // PARALLEL

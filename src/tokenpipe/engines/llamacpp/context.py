@@ -8,7 +8,6 @@ from typing import Any
 import llama_cpp as lc
 
 from ...errors import EngineError
-from ..base import EngineOptions
 from . import exact
 
 
@@ -22,7 +21,7 @@ class Context:
     shared: bool  # llama.cpp's unified KV cache: one pool of cells for every sequence
 
     @classmethod
-    def open(cls, model: Any, options: EngineOptions, *, cells: int, shared: bool,
+    def open(cls, model: Any, determinism: str, *, cells: int, shared: bool,
              parallel: int, threads: int, batch_min: int) -> Context:
         cparams = lc.llama_context_default_params()
         cparams.n_ctx = cells
@@ -35,7 +34,7 @@ class Context:
         # it); split: a fixed stream of cells / parallel per sequence
         cparams.kv_unified = shared
         cparams.no_perf = True
-        exact.context_params(options.determinism, cparams)  # determinism: the KV cache
+        exact.context_params(determinism, cparams)  # determinism: the KV cache
         ctx = lc.llama_init_from_model(model, cparams)
         if not ctx:
             raise EngineError("llama.cpp could not create a context")

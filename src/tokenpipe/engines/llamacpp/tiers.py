@@ -26,7 +26,7 @@ from typing import Any
 import llama_cpp as lc
 
 from ...errors import EngineError
-from ..base import DEFAULT_CONTEXT, EngineOptions
+from ..base import DEFAULT_CONTEXT
 from . import migrate
 from .context import Context
 from .slots import SHARE_MIN, Seq, Slots, common_prefix
@@ -65,9 +65,9 @@ class Tier:
     slots: Slots
 
     @classmethod
-    def open(cls, model: Any, options: EngineOptions, slots: Slots, *, shared: bool,
+    def open(cls, model: Any, determinism: str, slots: Slots, *, shared: bool,
              cells: int, threads: int, batch_min: int) -> Tier:
-        context = Context.open(model, options, cells=cells, shared=shared,
+        context = Context.open(model, determinism, cells=cells, shared=shared,
                                parallel=slots.parallel, threads=threads, batch_min=batch_min)
         slots.reset(context.mem, context.context_tokens if shared else None)
         return cls(context, slots)
