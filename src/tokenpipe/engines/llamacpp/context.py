@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,3 +46,13 @@ class Context:
     def close(self) -> None:
         lc.llama_batch_free(self.batch)
         lc.llama_free(self.ctx)
+
+
+def give_back_freed_memory() -> None:
+    """Returns freed heap pages to the system (glibc's malloc_trim): a context freed on the
+    decode thread leaves its smaller buffers in that thread's malloc arena, resident, until
+    trimmed. Does nothing where the C library has no malloc_trim."""
+    name = ctypes.util.find_library("c")
+    trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    if trim is not None:
+        trim(0)

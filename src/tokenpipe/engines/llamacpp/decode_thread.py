@@ -1,8 +1,9 @@
 """The llama.cpp engine's decode thread: it owns the contexts, admits waiting sequences
 into their KV tier (tiers.py) and slot (slots.py), plans each step's rows (one token per
 decoding sequence plus a chunk of at most one waiting prompt), runs one llama_decode a tier,
-hands each step's events to the event loop at once, and recovers from a fault with fresh
-contexts. LlamaCppEngine (engine.py) inherits it; what it reads of the engine is declared
+hands each step's events to the event loop at once, opens the shared tier when a sequence
+first needs it and frees it once idle, and recovers from a fault with fresh contexts.
+LlamaCppEngine (engine.py) inherits it; what it reads of the engine is declared
 below."""
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ import concurrent.futures
 import logging
 import queue
 import threading
+import time
 from collections import deque
 
 import llama_cpp as lc
 
 from ...constrain import Guides, grammar_for
 from ...errors import EngineError, EngineUnavailable
-from ...types import EngineEvent
+from ...types import EngineEvent, EngineProgress
 from ..base import EngineInfo, drain, hand_over, opens_thinking
 from .next_token import next_token
 from .progress import progress
@@ -48,12 +50,19 @@ class DecodeThread:
     _vocab: Vocab
     _guides: concurrent.futures.Future[Guides]
     _batch_cap: int
+    shared_tier_keep_alive: float
 
     def _new_context(self) -> None:
         raise NotImplementedError  # engine.py: fresh contexts for the loaded model
 
     def _free_run_state(self) -> None:
         raise NotImplementedError  # engine.py: frees the contexts
+
+    def _open_tier(self, tier: Tier) -> None:
+        raise NotImplementedError  # engine.py: allocates a tier's context
+
+    def _close_tier(self, tier: Tier) -> None:
+        raise NotImplementedError  # engine.py: frees a tier's context
 
     def _run(self) -> None:
         waiting: deque[Seq] = deque()
@@ -68,8 +77,9 @@ class DecodeThread:
             waiting.extend(drain(self._inbox))
             self._drop_cancelled(waiting, active)
             self._admit(waiting, active)
+            wait_s = self._close_idle_tiers(active)
             if not active:
-                self._wake.wait()
+                self._wake.wait(wait_s)
                 self._wake.clear()
                 continue
             self._step(active)
@@ -122,6 +132,8 @@ class DecodeThread:
             tier = tier_for(self._tiers, seq)
             if id(tier) in full:
                 continue
+            if not tier.is_open:
+                self._open_for(seq, tier)
             if not tier.slots.free or not self._assign(seq, tier, active):
                 full.add(id(tier))  # no slot, or no room until one ends
                 if len(full) == len(self._tiers):
@@ -129,6 +141,32 @@ class DecodeThread:
                 continue
             waiting.remove(seq)
             active.append(seq)
+
+    def _open_for(self, seq: Seq, tier: Tier) -> None:
+        """A conversation outgrew the split tier: the shared tier's cells are allocated now
+        (a few hundred ms), the start of its prefill where a prefill is reported."""
+        if len(seq.prompt) > PROMPT_CHUNK:
+            hand_over([(seq, [EngineProgress(0, len(seq.prompt))])])
+        started = time.perf_counter()
+        self._open_tier(tier)
+        log.info("opened the KV cache's %s tier in %.0f ms", tier.label,
+                 (time.perf_counter() - started) * 1000)
+
+    def _close_idle_tiers(self, active: list[Seq]) -> float | None:
+        """Frees a lazy tier unused for shared_tier_keep_alive; the seconds until the next
+        one is due (None: none open)."""
+        due: float | None = None
+        for tier in self._tiers:
+            if not (tier.lazy and tier.is_open) or any(s.tier is tier for s in active):
+                continue
+            left = self.shared_tier_keep_alive - (time.monotonic() - tier.last_used)
+            if left <= 0:
+                self._close_tier(tier)
+                log.info("freed the KV cache's %s tier (unused for %g s)", tier.label,
+                         self.shared_tier_keep_alive)
+            else:
+                due = left if due is None else min(due, left)
+        return due
 
     def _assign(self, seq: Seq, tier: Tier, active: list[Seq]) -> bool:
         if not tier.slots.assign(seq, [other for other in active if other.tier is tier]):
@@ -145,6 +183,7 @@ class DecodeThread:
 
     def _release(self, seq: Seq) -> None:
         seq.tier.slots.release(seq)
+        seq.tier.last_used = time.monotonic()
         seq.guide = None
         if seq.sampler is not None:
             lc.llama_sampler_free(seq.sampler)

@@ -41,6 +41,7 @@ try:
     from llama_cpp import _logger as llama_logger
 
     from . import decode_steps, exact, threadpool
+    from .context import give_back_freed_memory
     from .decode_thread import PROMPT_CHUNK, DecodeThread
     from .kind import KIND
     from .slots import Seq, Slots
@@ -70,6 +71,8 @@ class LlamaCppEngine(DecodeThread, Engine):
                               f"not {own['determinism']!r}")
         self.determinism: str = own["determinism"]
         self.kv_cache: str = own["kv_cache"]
+        # seconds the shared tier's cells stay allocated while unused (< 0: always)
+        self.shared_tier_keep_alive = float(own["shared_tier_keep_alive"])
         self.rows_exact: bool | None = None  # the load-time check's verdict (None: not run)
         cells = options.context_size or default_cells(self.kv_cache, self.parallel,
                                                       DEFAULT_CONTEXT)  # until load
@@ -130,21 +133,39 @@ class LlamaCppEngine(DecodeThread, Engine):
 
     def _new_context(self) -> None:
         """Fresh contexts (a tier each), batches and thread pool for the loaded model (at
-        load, and when the engine recovers from a fault: the old state is unknown then)."""
+        load, and when the engine recovers from a fault: the old state is unknown then).
+        Every tier is opened and checked (exact mode); a lazy one (the tiered layout's
+        shared tier) is closed again until a conversation needs it."""
         self._threads = self.options.threads or os.cpu_count() or 1
         self._pool = threadpool.create(self._threads)
-        for (shared, cells), slots in zip(self._layout, self._slot_sets, strict=True):
-            tier = Tier.open(self._model, self.determinism, slots, shared=shared, cells=cells,
-                             threads=self._threads, batch_min=PROMPT_CHUNK + self.parallel)
-            self._tiers.append(tier)
-            if self._pool is not None:
-                self._pool.attach(tier.context.ctx)
+        lazy = len(self._layout) > 1 and self.shared_tier_keep_alive >= 0
+        self._tiers = [Tier(slots, shared, cells, lazy=lazy and shared)
+                       for (shared, cells), slots in zip(self._layout, self._slot_sets,
+                                                         strict=True)]
+        verdicts = []
+        for tier in self._tiers:
+            self._open_tier(tier)
+            verdicts.append(exact.check(self.determinism, tier.context, self._vocab.n_tokens,
+                                        self.parallel))
         self._batch_cap = min(t.context.batch_cap for t in self._tiers)
         self.info = EngineInfo("llamacpp", self.info.model_id,
-                               max(t.context.context_tokens for t in self._tiers), self.parallel)
-        verdicts = [exact.check(self.determinism, t.context, self._vocab.n_tokens,
-                                self.parallel) for t in self._tiers]
+                               max(t.context_tokens for t in self._tiers), self.parallel)
         self.rows_exact = None if verdicts[0] is None else all(verdicts)
+        for tier in self._tiers:
+            if tier.lazy:
+                self._close_tier(tier)
+
+    def _open_tier(self, tier: Tier) -> None:
+        context = tier.open(self._model, self.determinism, threads=self._threads,
+                            batch_min=PROMPT_CHUNK + self.parallel)
+        if self._pool is not None:
+            self._pool.attach(context.ctx)
+
+    def _close_tier(self, tier: Tier) -> None:
+        if tier.is_open and self._pool is not None:
+            self._pool.detach(tier.context.ctx)
+        tier.close()
+        give_back_freed_memory()
 
     def check_output(self, request: GenerationRequest) -> None:
         for inside in (False, True) if request.reasoning_budget is not None else (False,):
@@ -232,7 +253,7 @@ class LlamaCppEngine(DecodeThread, Engine):
             self._pool.close()  # detaches the contexts first
             self._pool = None
         for tier in self._tiers:
-            tier.context.close()
+            tier.close()
         self._tiers = []
 
     # ---- llama.cpp alone, for `tokenpipe bench --decode-steps` ----------------------------

@@ -18,6 +18,11 @@ KIND = EngineKind(
                     "what fits one, half as one pool a long conversation may fill), "
                     "shared (one pool of --ctx-size cells) or split (--ctx-size / "
                     "--parallel a sequence); see docs/configuration.md"),
+        Option("shared_tier_keep_alive", "duration", 300.0, metavar="DURATION",
+               help="llamacpp tiered: the shared tier's cells (for conversations longer "
+                    "than a split stream) are allocated when one first needs them and "
+                    "freed after they are unused this long (\"5m\", 300; default 5m; -1: "
+                    "allocated at start, never freed)"),
     ),
     capabilities=Capabilities(model_files="gguf", constrains=True),
     install_hint="pip install 'tokenpipe[llamacpp]'",
