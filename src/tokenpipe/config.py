@@ -186,6 +186,13 @@ class Settings:
                        for t in tables)
         return cls.from_env(env, file={**values, "model_configs": tables}, **overrides)
 
+    def secrets(self) -> tuple[str, ...]:
+        """The keys to keep out of logs: --api-key and every engine option declared secret
+        (the openai engine's --upstream-key), where set."""
+        values = [self.api_key, *(self.engine_values.get(o.name)
+                                  for o in engine_option_list() if o.secret)]
+        return tuple(v for v in values if v)
+
     def model_config(self, name: str | None) -> ModelConfig | None:
         return next((m for m in self.model_configs if m.name == name), None)
 

@@ -87,6 +87,13 @@ def test_a_registered_engine_gets_its_variables_and_file_keys(
         Settings.load(str(config), environ={})
 
 
+def test_secret_options_stay_out_of_reprs_and_are_listed_for_the_logs() -> None:
+    settings = Settings(api_key="sekrit", upstream_key="upsekrit", upstream="http://up")
+    assert "sekrit" not in repr(settings) and "http://up" in repr(settings)
+    assert settings.secrets() == ("sekrit", "upsekrit")
+    assert Settings().secrets() == ()
+
+
 def test_unregistered_the_options_are_unknown(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="unexpected keyword argument 'echo_voice'"):
         Settings(echo_voice="loud")
@@ -96,8 +103,12 @@ def test_unregistered_the_options_are_unknown(tmp_path: Path) -> None:
         Settings.load(str(config), environ={})
 
 
-@pytest.mark.parametrize("name", sorted(ENGINES))
+@pytest.mark.parametrize("name", [
+    "fake", "llamacpp", "openai",
+    pytest.param("transformers", marks=pytest.mark.model),  # imports torch: ~20 s
+])
 def test_each_engine_class_carries_its_registered_kind(name: str) -> None:
+    assert sorted(ENGINES) == ["fake", "llamacpp", "openai", "transformers"]  # each listed
     kind = engine_kind(name)
     assert kind.name == name
     try:
