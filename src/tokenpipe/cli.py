@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from .config import ENGINES, Settings, parse_model_spec
+from .config import ENGINES, Settings, engine_option_list, parse_model_spec
+from .engines.kind import Option
 
 
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -40,24 +42,8 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                         "llamacpp tiered: twice the model's trained context, at most 16384)")
     p.add_argument("--parallel", type=int, help="sequences decoded together (default 8)")
     p.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
-    p.add_argument("--determinism", choices=["exact", "serial", "fast"],
-                   help="llamacpp: exact (default: greedy answers depend on the request "
-                        "alone), serial (exact for every weight type, slow) or fast "
-                        "(llama.cpp's defaults); see docs/determinism.md")
-    p.add_argument("--kv-cache", choices=["tiered", "shared", "split"],
-                   help="llamacpp: tiered (default: half of --ctx-size as split streams for "
-                        "what fits one, half as one pool a long conversation may fill), "
-                        "shared (one pool of --ctx-size cells) or split (--ctx-size / "
-                        "--parallel a sequence); see docs/configuration.md")
-    p.add_argument("--device", help="transformers engine: cpu, cuda or auto")
-    p.add_argument("--fake-pace-ms", type=float,
-                   help="fake engine: one token every N ms per stream (0: one per loop turn)")
-    p.add_argument("--upstream", help="openai engine: upstream base URL(s), comma-separated")
-    p.add_argument("--upstream-key", help="openai engine: the upstream's API key")
-    p.add_argument("--upstream-first-token-timeout-s", type=float,
-                   help="openai engine: wait this long for a replica's first token (60)")
-    p.add_argument("--upstream-idle-timeout-s", type=float,
-                   help="openai engine: longest silence mid-answer (30)")
+    for option in engine_option_list():  # each engine's own, as its kind declares them
+        _add_option(p, option)
     p.add_argument("--default-max-tokens", type=int, help="max_tokens when a request has none")
     p.add_argument("--max-queue", type=int, help="requests waiting before 'overloaded'")
     p.add_argument("--max-message-bytes", type=int, help="largest client frame accepted")
@@ -102,6 +88,19 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--log-format", choices=["text", "json"], help="log lines as text or JSON")
 
 
+_TYPES: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "str": str}
+
+
+def _add_option(p: argparse.ArgumentParser, option: Option) -> None:
+    """An engine's declared option as a flag (engines/kind.py)."""
+    if option.kind == "bool":
+        p.add_argument(option.flag, action="store_true", default=None, help=option.help)
+        return
+    kind = _duration if option.kind == "duration" else _TYPES[option.kind]
+    p.add_argument(option.flag, type=kind, choices=list(option.choices) or None,
+                   metavar=option.metavar, help=option.help)
+
+
 def _duration(text: str) -> float:
     from .config_file import parse_duration
 
@@ -112,7 +111,8 @@ def _duration(text: str) -> float:
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    names = {f.name for f in dataclasses.fields(Settings)}
+    names = {f.name for f in dataclasses.fields(Settings)} | {
+        o.name for o in engine_option_list()}
     overrides = {k: v for k, v in vars(args).items() if k in names and v is not None}
     models = overrides.pop("model", None) or []
     if any("=" in m for m in models):

@@ -1,5 +1,9 @@
 """Settings (CLI flags, TOKENPIPE_* environment variables, the configuration file) and the
-engine registry. Precedence: flag > environment > file > default."""
+engine registry. Precedence: flag > environment > file > default.
+
+Settings' fields are the server's; each engine's own options are declared by its kind
+(engines/kind.py) and live in `engine_values`, read as attributes (`settings.kv_cache`):
+adding an engine adds one line to ENGINES and nothing here."""
 
 from __future__ import annotations
 
@@ -12,28 +16,56 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config_file import Duration, ModelConfig, parse_duration, setting_types
+from .config_file import Duration, ModelConfig, parse_duration
 from .config_file import load as load_file
 from .engines.base import Engine, EngineOptions
+from .engines.kind import EngineKind, Option
 from .errors import MissingDependency
 
 if TYPE_CHECKING:
     from .model_plans import ModelPlan
 
-# Engine name -> "module:Class", imported only when chosen (optional dependencies).
+# Engine name -> "module:KIND", its declaration (engines/kind.py: light to import); the
+# engine class it names is imported only when chosen (optional dependencies).
 ENGINES: dict[str, str] = {
-    "llamacpp": "tokenpipe.engines.llamacpp:LlamaCppEngine",
-    "transformers": "tokenpipe.engines.transformers:TransformersEngine",
-    "fake": "tokenpipe.engines.fake:FakeEngine",
-    "openai": "tokenpipe.engines.openai.engine:OpenAIEngine",
-}
-INSTALL_HINTS: dict[str, str] = {
-    "llamacpp": "pip install 'tokenpipe[llamacpp]'",
-    "transformers": "pip install 'tokenpipe[transformers]' (CPU torch: pip install torch==2.13.0)",
+    "llamacpp": "tokenpipe.engines.llamacpp.kind:KIND",
+    "transformers": "tokenpipe.engines.transformers.kind:KIND",
+    "fake": "tokenpipe.engines.fake:KIND",
+    "openai": "tokenpipe.engines.openai.kind:KIND",
 }
 
 
-@dataclass
+def engine_kind(name: str) -> EngineKind:
+    """The declaration registered under `name`."""
+    try:
+        target = ENGINES[name]
+    except KeyError:
+        raise ValueError(f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}") from None
+    module_name, _, attr = target.partition(":")
+    kind: EngineKind = getattr(importlib.import_module(module_name), attr)
+    return kind
+
+
+def engine_option_list() -> list[Option]:
+    """Every registered engine's options, in registry order; an option two engines declare
+    (the same name) is listed once."""
+    seen: dict[str, Option] = {}
+    for name in ENGINES:
+        for option in engine_kind(name).options:
+            seen.setdefault(option.name, option)
+    return list(seen.values())
+
+
+class EngineValues(dict[str, Any]):
+    """Engine options given by setting name (unset ones take their declared default); its
+    repr leaves out secret ones (an upstream's API key)."""
+
+    def __repr__(self) -> str:
+        secret = {o.name for o in engine_option_list() if o.secret}
+        return repr({k: ("***" if k in secret else v) for k, v in self.items()})
+
+
+@dataclass(init=False)
 class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
@@ -44,14 +76,6 @@ class Settings:
     ctx_size: int | None = None  # None: the engine's default (docs/configuration.md)
     parallel: int = 8
     threads: int | None = None
-    determinism: str = "exact"  # llamacpp: exact, serial or fast (docs/determinism.md)
-    kv_cache: str = "tiered"  # llamacpp: tiered, shared or split (docs/configuration.md)
-    device: str | None = None
-    fake_pace_ms: float = 0.0
-    upstream: str | None = None  # openai engine: base URL(s), comma-separated replicas
-    upstream_key: str | None = field(default=None, repr=False)
-    upstream_first_token_timeout_s: float = 60.0
-    upstream_idle_timeout_s: float = 30.0
     default_max_tokens: int = 512
     max_queue: int = 64
     max_message_bytes: int = 1 << 20
@@ -93,6 +117,39 @@ class Settings:
     # from the configuration file's [models.NAME] tables; not flags nor variables
     model_configs: tuple[ModelConfig, ...] = ()
     plans: tuple[ModelPlan, ...] = ()  # the models to serve, names resolved (resolve_plans)
+    # every engine's own options by setting name (engine_option_list), where given
+    engine_values: EngineValues = field(default_factory=EngineValues)
+
+    def __init__(self, **values: Any) -> None:
+        """Fields by name, and any engine's declared options by setting name (they go to
+        engine_values); the dataclass' defaults for the rest."""
+        engine = EngineValues(values.pop("engine_values", None) or {})
+        own = {f.name: f for f in dataclasses.fields(self)}
+        declared = {o.name for o in engine_option_list()}
+        for key in [k for k in values if k not in own]:
+            if key not in declared:
+                raise TypeError(f"Settings() got an unexpected keyword argument {key!r}")
+            engine[key] = values.pop(key)
+        for name, f in own.items():
+            if name == "engine_values":
+                continue
+            if name in values:
+                value = values[name]
+            elif f.default_factory is not dataclasses.MISSING:
+                value = f.default_factory()
+            else:
+                value = f.default
+            setattr(self, name, value)
+        self.engine_values = engine
+
+    def __getattr__(self, name: str) -> Any:
+        """An engine option by setting name: its value, else its declared default."""
+        if name.startswith("__") or name == "engine_values":
+            raise AttributeError(name)
+        option = next((o for o in engine_option_list() if o.name == name), None)
+        if option is None:
+            raise AttributeError(f"Settings has no setting {name!r}")
+        return self.__dict__.get("engine_values", {}).get(name, option.default)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None,
@@ -101,10 +158,10 @@ class Settings:
         then explicit overrides (CLI flags)."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = dict(file or {})
-        for f in dataclasses.fields(cls):
-            raw = env.get("TOKENPIPE_" + f.name.upper())
-            if raw is not None and raw != "" and f.name not in INTERNAL:
-                values[f.name] = _parse(f.type, raw, f.name)
+        for name, kind in setting_types().items():
+            raw = env.get("TOKENPIPE_" + name.upper())
+            if raw is not None and raw != "" and name not in INTERNAL:
+                values[name] = _parse(kind, raw, name)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
@@ -116,7 +173,7 @@ class Settings:
         path = config or env.get("TOKENPIPE_CONFIG") or None
         if path is None:
             return cls.from_env(env, **overrides)
-        values, tables = load_file(path, setting_types(cls))
+        values, tables = load_file(path, setting_types(), model_keys())
         if tables and "model" in values:
             raise ValueError(f"{path}: give either model = ... or [models.NAME] tables")
         base = Path(path).expanduser().parent  # the file's relative paths are its own
@@ -129,6 +186,13 @@ class Settings:
                                            chat_template=_near(base, t.chat_template))
                        for t in tables)
         return cls.from_env(env, file={**values, "model_configs": tables}, **overrides)
+
+    def secrets(self) -> tuple[str, ...]:
+        """The keys to keep out of logs: --api-key and every engine option declared secret
+        (the openai engine's --upstream-key), where set."""
+        values = [self.api_key, *(self.engine_values.get(o.name)
+                                  for o in engine_option_list() if o.secret)]
+        return tuple(v for v in values if v)
 
     def model_config(self, name: str | None) -> ModelConfig | None:
         return next((m for m in self.model_configs if m.name == name), None)
@@ -146,24 +210,34 @@ class Settings:
                 **(dict(table.sampling) if table else {})}
 
     def engine_options(self) -> EngineOptions:
+        """The options of this server's engines: every declared engine option's value (by
+        its attr), each engine reads its own."""
         return EngineOptions(
             model=self.model,
             model_id=self.model_id,
             context_size=self.ctx_size,
             parallel=self.parallel,
             threads=self.threads,
-            determinism=self.determinism,
-            kv_cache=self.kv_cache,
-            pace_ms=self.fake_pace_ms,
-            device=self.device,
-            upstream=self.upstream,
-            upstream_key=self.upstream_key,
-            upstream_first_token_timeout_s=self.upstream_first_token_timeout_s,
-            upstream_idle_timeout_s=self.upstream_idle_timeout_s,
+            values=tuple((o.field, self.engine_values.get(o.name, o.default))
+                         for o in engine_option_list()),
         )
 
 
-INTERNAL = frozenset({"model_configs", "plans"})
+INTERNAL = frozenset({"model_configs", "plans", "engine_values"})
+
+
+def setting_types() -> dict[str, str]:
+    """Every setting (a field of Settings or an engine's option) -> its type's text."""
+    types = {f.name: str(f.type) for f in dataclasses.fields(Settings)
+             if f.name != "engine_values"}
+    for option in engine_option_list():
+        types.setdefault(option.name, option.type_text())
+    return types
+
+
+def model_keys() -> dict[str, str]:
+    """The engine options a `[models.NAME]` table may set: table key -> type's text."""
+    return {o.model_key: o.kind for o in engine_option_list() if o.model_key}
 
 
 def _near(base: Path, value: str | None) -> str | None:
@@ -206,17 +280,14 @@ def _parse(kind: Any, raw: str, name: str) -> Any:
 
 def engine_class(name: str) -> type[Engine]:
     """The engine class registered under `name`; a missing extra is a one-line hint."""
-    try:
-        target = ENGINES[name]
-    except KeyError:
-        raise ValueError(f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}") from None
-    module_name, _, attr = target.partition(":")
+    kind = engine_kind(name)
+    module_name, _, attr = kind.target.partition(":")
     try:
         module = importlib.import_module(module_name)
     except MissingDependency:
         raise
     except ImportError as exc:
-        hint = INSTALL_HINTS.get(name, f"pip install 'tokenpipe[{name}]'")
+        hint = kind.install_hint or f"pip install 'tokenpipe[{name}]'"
         raise MissingDependency(f"engine {name!r} needs {exc.name or exc}: {hint}") from None
     cls: type[Engine] = getattr(module, attr)
     return cls

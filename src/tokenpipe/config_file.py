@@ -9,7 +9,7 @@ import difflib
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +29,10 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "seed": (0, 2**63 - 1, False), "max_tokens": (1, 2**31 - 1, False),
 }
 MAX_STOP, MAX_STOP_CHARS = 16, 256  # as every door takes stop strings
+# The keys every model table takes; engines declare more (config.model_keys()).
 MODEL_KEYS: dict[str, str] = {
     "engine": "str", "source": "str", "context": "int", "parallel": "int", "threads": "int",
-    "determinism": "str", "device": "str", "chat_template": "str", "keep_alive": "duration",
-    **SAMPLING,
+    "chat_template": "str", "keep_alive": "duration", **SAMPLING,
 }
 NOT_IN_FILE = frozenset({"models", "model_configs", "plans"})  # [models] tables instead
 Duration = float  # seconds; given as a number or "5m", "1h30m", "-1" (parse_duration)
@@ -54,20 +54,25 @@ class ModelConfig:
     context: int | None = None
     parallel: int | None = None
     threads: int | None = None
-    determinism: str | None = None
-    device: str | None = None
     chat_template: str | None = None  # a file holding a Jinja chat template
     keep_alive_s: float | None = None  # < 0: forever
     sampling: tuple[tuple[str, Any], ...] = ()  # (key, value) defaults, in SAMPLING
+    engine_keys: tuple[tuple[str, Any], ...] = ()  # (key, value) of engines' declared keys
 
     def default(self, key: str) -> Any:
         return dict(self.sampling).get(key)
 
+    def engine_key(self, key: str) -> Any:
+        """An engine option the table sets (its model_key, engines/kind.py), else None."""
+        return dict(self.engine_keys).get(key)
 
-def load(path: str | Path, setting_types: Mapping[str, str]) -> tuple[dict[str, Any],
-                                                                      tuple[ModelConfig, ...]]:
-    """(server settings by field name, model tables in file order) from the file at `path`;
-    `setting_types` maps each Settings field to its type's text."""
+
+def load(path: str | Path, setting_types: Mapping[str, str],
+         engine_keys: Mapping[str, str] | None = None
+         ) -> tuple[dict[str, Any], tuple[ModelConfig, ...]]:
+    """(server settings by name, model tables in file order) from the file at `path`;
+    `setting_types` maps each setting to its type's text, `engine_keys` each key a model
+    table may set for an engine (config.model_keys())."""
     file = Path(path).expanduser()
     try:
         text = file.read_text(encoding="utf-8")
@@ -89,20 +94,22 @@ def load(path: str | Path, setting_types: Mapping[str, str]) -> tuple[dict[str, 
     tables = doc.get("models", {})
     if not isinstance(tables, dict):
         raise where.error((), "models", "must be tables: [models.NAME]")
-    models = tuple(_model(name, table, where) for name, table in tables.items())
+    keys = {**MODEL_KEYS, **(engine_keys or {})}
+    models = tuple(_model(name, table, where, keys) for name, table in tables.items())
     return settings, models
 
 
-def _model(name: str, table: Any, where: _Where) -> ModelConfig:
+def _model(name: str, table: Any, where: _Where, keys: Mapping[str, str]) -> ModelConfig:
     if not isinstance(table, dict):
         raise where.error(("models",), name, "must be a table: [models.NAME]")
     values: dict[str, Any] = {}
     sampling: list[tuple[str, Any]] = []
+    engine: list[tuple[str, Any]] = []
     for key, value in table.items():
-        kind = MODEL_KEYS.get(key)
+        kind = keys.get(key)
         if kind is None:
             raise where.error(("models", name), key, "unknown key in a model table"
-                              + _suggest(key, MODEL_KEYS))
+                              + _suggest(key, keys))
         checked = where.check(("models", name), key, value, kind)
         if key in SAMPLING:
             problem = _out_of_range(key, checked)
@@ -111,9 +118,12 @@ def _model(name: str, table: Any, where: _Where) -> ModelConfig:
             sampling.append((key, checked))
         elif key == "keep_alive":
             values["keep_alive_s"] = checked
-        else:
+        elif key in MODEL_KEYS:
             values[key] = checked
-    return ModelConfig(name=name, sampling=tuple(sampling), **values)
+        else:
+            engine.append((key, checked))
+    return ModelConfig(name=name, sampling=tuple(sampling), engine_keys=tuple(engine),
+                       **values)
 
 
 def _out_of_range(key: str, value: Any) -> str | None:
@@ -224,7 +234,3 @@ def _suggest(key: str, known: Mapping[str, str]) -> str:
     close = difflib.get_close_matches(key, [k for k in known if k not in NOT_IN_FILE], n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
-
-def setting_types(cls: type) -> dict[str, str]:
-    """Each dataclass field of `cls` -> its annotation's text (the annotations are strings)."""
-    return {f.name: str(f.type) for f in fields(cls)}

@@ -9,12 +9,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import ENGINES, Settings
+from .config import ENGINES, Settings, engine_kind, engine_option_list
 from .config_file import ModelConfig
 from .engines.base import EngineOptions
 from .models import Places, resolve
-
-LOCAL_ENGINES = ("llamacpp", "transformers")  # the engines that read a model file
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,12 +21,14 @@ class ModelPlan:
     engine: str
     spec: str | None  # a path, hub id or upstream URL(s); None: the engine's default model
     config: ModelConfig | None = None  # its [models.NAME] table, where the file has one
-    upstream: str | None = None  # openai engine: base URL(s); spec is then the upstream's name
+    # the SPEC of an engine whose capabilities name a spec_option, for that option (the
+    # openai engine: its upstream's base URL(s)); spec is then the upstream's model name
+    upstream: str | None = None
 
 
 def _plan(name: str, engine: str, target: str | None, table: ModelConfig | None) -> ModelPlan:
-    """A named model: for the openai engine its SPEC is the upstream's URL(s)."""
-    if engine == "openai":
+    """A named model: for an engine with a spec_option (openai) its SPEC sets that option."""
+    if engine_kind(engine).capabilities.spec_option:
         return ModelPlan(name, engine, None, table, upstream=target)
     return ModelPlan(name, engine, target, table)
 
@@ -66,11 +66,11 @@ def resolve_plans(settings: Settings, *, download: bool = True) -> tuple[ModelPl
     places = Places(environ=dict(os.environ), model_dirs=settings.model_dirs)
     out = []
     for plan in plans(settings):
-        if plan.engine not in LOCAL_ENGINES or plan.spec is None:
+        files = engine_kind(plan.engine).capabilities.model_files
+        if files is None or plan.spec is None:
             out.append(plan)
             continue
-        found = resolve(plan.spec, places, download=download,
-                        strict=plan.engine == "llamacpp")
+        found = resolve(plan.spec, places, download=download, strict=files == "gguf")
         if found is not None:
             plan = dataclasses.replace(plan, spec=str(found.path), name=plan.name or found.name)
         out.append(plan)
@@ -84,17 +84,22 @@ def engine_options(settings: Settings, plan: ModelPlan) -> EngineOptions:
     base = settings.engine_options()
     t = plan.config or ModelConfig(name=plan.name or "")
     template = t.chat_template or settings.chat_template
-    if plan.engine == "openai":
+    caps = engine_kind(plan.engine).capabilities
+    if caps.spec_option:  # the SPEC names the upstream, which renders its own prompts
         if t.chat_template:
-            raise ValueError(f"models.{t.name}.chat_template: the openai engine's upstream "
-                             "renders its own prompts")
-        return dataclasses.replace(base, model=plan.spec, model_id=plan.name,
-                                   upstream=plan.upstream or settings.upstream)
+            raise ValueError(f"models.{t.name}.chat_template: the {plan.engine} engine's "
+                             "upstream renders its own prompts")
+        option = next(o for o in engine_option_list() if o.name == caps.spec_option)
+        return dataclasses.replace(base, model=plan.spec, model_id=plan.name).with_values(
+            **{option.field: plan.upstream or base.get(option.field)})
+    table = {o.field: t.engine_key(o.model_key) for o in engine_option_list()
+             if o.model_key and t.engine_key(o.model_key) is not None}
     return dataclasses.replace(
         base, model=plan.spec, model_id=plan.name,
         context_size=t.context or base.context_size, parallel=t.parallel or base.parallel,
-        threads=t.threads or base.threads, determinism=t.determinism or base.determinism,
-        device=t.device or base.device, chat_template=read_template(template))
+        threads=t.threads or base.threads,
+        chat_template=read_template(template) if caps.renders_prompts else None,
+    ).with_values(**table)
 
 
 def read_template(path: str | None) -> str | None:

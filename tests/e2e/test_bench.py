@@ -34,6 +34,7 @@ def test_bench_streams_n_clients_and_prints_the_figures(fake_server: ServerProce
     found = re.search(r"\((\d+) tokens,", line)
     assert found is not None and int(found.group(1)) == 18, line  # 3 streams x 6 tokens
     assert "server CPU" in done.stdout  # read from the server's /metrics before and after
+    assert re.search(r"; RSS \d+ MB", done.stdout), done.stdout  # and its memory after
 
 
 def test_compare_apis_runs_each_in_turn_and_prints_ratios(fake_server: ServerProcess

@@ -30,3 +30,8 @@ async def metric(url: str, name: str) -> float | None:
 async def server_cpu(url: str) -> float | None:
     """Seconds of CPU the server has used (process_cpu_seconds_total)."""
     return await metric(url, "process_cpu_seconds_total")
+
+
+async def server_rss(url: str) -> float | None:
+    """The server's resident memory in bytes (process_resident_memory_bytes)."""
+    return await metric(url, "process_resident_memory_bytes")

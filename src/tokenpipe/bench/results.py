@@ -43,6 +43,7 @@ class RunResult:
     streams: list[StreamResult]
     wall: float
     server_cpu: float | None = None  # seconds of the server's CPU, where /metrics tells
+    server_rss: float | None = None  # the server's resident memory after the run (bytes)
 
     def summary(self) -> dict[str, Any]:
         ok = [s for s in self.streams if s.error is None]
@@ -68,6 +69,7 @@ class RunResult:
             "server_cpu_s": self.server_cpu,
             "server_us_per_delta": (self.server_cpu / deltas * 1e6
                                     if self.server_cpu is not None and deltas else None),
+            "server_rss_mb": self.server_rss / 1e6 if self.server_rss is not None else None,
         }
 
 
@@ -89,10 +91,14 @@ def print_run(result: RunResult, as_json: bool) -> None:
           f"aggregate {s['aggregate_tok_s']:7.1f} tok/s, per stream "
           f"{s['per_stream_tok_s']:6.1f} tok/s ({s['tokens']} tokens, "
           f"{s['deltas_per_s']:.0f} deltas/s)")
+    rss = f"; RSS {s['server_rss_mb']:.0f} MB" if s["server_rss_mb"] is not None else ""
     if s["server_us_per_delta"] is not None:
         print(f"{'':20s} server CPU {s['server_cpu_s']:.2f} s: "
               f"{s['server_us_per_delta']:.1f} us per delta, "
-              f"{s['server_cpu_s'] / s['tokens'] * 1e6 if s['tokens'] else 0:.1f} us per token")
+              f"{s['server_cpu_s'] / s['tokens'] * 1e6 if s['tokens'] else 0:.1f} us per token"
+              + rss)
+    elif rss:
+        print(f"{'':20s} server{rss[1:]}")
 
 
 def print_medians(results: dict[str, list[RunResult]]) -> None:

@@ -8,7 +8,7 @@ import asyncio
 import time
 from typing import Any
 
-from .metrics import server_cpu
+from .metrics import server_cpu, server_rss
 from .results import RunResult, StreamResult
 
 
@@ -69,7 +69,7 @@ async def server_run(label: str, api: str, url: str, args: argparse.Namespace,
     wall = time.perf_counter() - t0
     cpu1 = await server_cpu(url)
     cpu = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None
-    return RunResult(label, list(streams), wall, cpu)
+    return RunResult(label, list(streams), wall, cpu, await server_rss(url))
 
 
 async def _streams(api: str, url: str, args: argparse.Namespace,

@@ -12,12 +12,13 @@ import asyncio
 import importlib.util
 import queue
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from ..errors import BadRequest, ContextOverflow, EngineError, MissingDependency
 from ..types import EngineEvent, GenerationRequest
+from .kind import EngineKind
 
 # A prompt with more tokens than this to compute reports its prefill (EngineProgress); a
 # shorter one, nearly every request, sends nothing more than it did.
@@ -75,6 +76,9 @@ class Engine(abc.ABC):
     async def aclose(self) -> None:  # noqa: B027 - optional: most engines free nothing
         """Frees the model. Running streams end."""
 
+    # Its declaration (kind.py: options, capabilities), the registry's; None: an engine no
+    # registry names.
+    kind: EngineKind | None = None
     logprobs: bool = False  # computes token log-probabilities (SamplingParams.logprobs)
     # The engine yields tool calls as EngineParts itself (its upstream sent them apart):
     # the scheduler's splitter does not read its text for calls.
@@ -167,28 +171,38 @@ DEFAULT_CONTEXT = 8192  # tokens of context when --ctx-size is not given
 
 @dataclass(frozen=True, slots=True)
 class EngineOptions:
-    """What every engine is built from; config.py fills it from Settings."""
+    """What every engine is built from; config.py fills it from Settings. The options every
+    engine shares are fields; each engine's own (its kind's declared Options: kind.py) are
+    `values`, read as attributes (`options.kv_cache`) or with get()."""
 
     model: str | None = None  # a path, a hub id, or None for the engine's default
     model_id: str | None = None  # the name clients use; default derived from the model
     context_size: int | None = None  # total context (KV cells) of `parallel` sequences;
     # None: the engine's default (total_context; llamacpp: docs/configuration.md)
     parallel: int = 8  # sequences decoded together
-    kv_cache: str = "tiered"  # llamacpp: tiered, shared or split (engines/llamacpp/tiers.py)
     threads: int | None = None
-    determinism: str = "exact"  # llamacpp: exact, serial or fast (docs/determinism.md)
-    pace_ms: float = 0.0  # fake engine only
-    device: str | None = None  # transformers: cpu, cuda, auto
-    upstream: str | None = None  # openai engine: base URL(s), comma-separated replicas
-    upstream_key: str | None = None
-    upstream_first_token_timeout_s: float = 60.0  # per replica tried
-    upstream_idle_timeout_s: float = 30.0  # longest silence between chunks mid-answer
     chat_template: str | None = None  # a Jinja chat template's text, in place of the model's
+    values: tuple[tuple[str, Any], ...] = ()  # (attr, value) of engine options, any engine's
 
     @property
     def total_context(self) -> int:
         """context_size, or DEFAULT_CONTEXT when none was given."""
         return self.context_size or DEFAULT_CONTEXT
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """An engine option's value by its attr, else `default` (the engine's declared one)."""
+        return next((v for k, v in self.values if k == name), default)
+
+    def with_values(self, **values: Any) -> EngineOptions:
+        """A copy with these engine options set (by attr)."""
+        kept = tuple((k, v) for k, v in self.values if k not in values)
+        return replace(self, values=(*kept, *values.items()))
+
+    def __getattr__(self, name: str) -> Any:
+        for key, value in object.__getattribute__(self, "values"):
+            if key == name:
+                return value
+        raise AttributeError(f"EngineOptions has no option {name!r}")
 
 
 def bundled_model_path() -> Path:

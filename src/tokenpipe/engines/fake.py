@@ -39,6 +39,7 @@ from ..types import (
     Usage,
 )
 from .base import PROGRESS_TOKENS, Engine, EngineInfo, EngineOptions, PreparedRequest
+from .kind import EngineKind, Option
 from .prefill import render_with_prefill
 
 SCRIPT = (
@@ -70,7 +71,16 @@ def fake_token_bytes(token_id: int) -> bytes:
     return (token_id >> 2).to_bytes(size, "big")
 
 
+KIND = EngineKind(
+    "fake", "tokenpipe.engines.fake:FakeEngine",
+    options=(Option("fake_pace_ms", "float", 0.0, attr="pace_ms",
+                    help="fake engine: one token every N ms per stream (0: one per loop "
+                         "turn)"),),
+)
+
+
 class FakeEngine(Engine):
+    kind = KIND
     logprobs = True  # scripted (the module's docstring)
 
     def __init__(
@@ -90,7 +100,7 @@ class FakeEngine(Engine):
     def from_options(cls, options: EngineOptions) -> FakeEngine:
         return cls(
             options.model_id or "fake",
-            pace_ms=options.pace_ms,
+            pace_ms=float(KIND.read(options.values)["pace_ms"]),
             context_tokens=options.total_context,
             max_batch=options.parallel,
         )

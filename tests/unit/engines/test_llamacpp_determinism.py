@@ -52,8 +52,8 @@ SEEDED = ask("Tell me about the town's bridges.", temperature=0.8, top_p=0.95, s
 def engine() -> Iterator[LlamaCppEngine]:
     # split: the strict promise (the shared pool's cell order moves with its history:
     # docs/determinism.md, "The KV cache's layout")
-    eng = LlamaCppEngine(EngineOptions(context_size=8192, parallel=8, threads=2,
-                                       kv_cache="split"))
+    options = EngineOptions(context_size=8192, parallel=8, threads=2)
+    eng = LlamaCppEngine(options.with_values(kv_cache="split"))
     asyncio.run(eng.load())
     yield eng
     asyncio.run(eng.aclose())
@@ -113,8 +113,8 @@ async def test_one_token_per_decode_gives_the_batched_answer(engine: LlamaCppEng
     request = GenerationRequest(messages=(Message("user", QUESTION),),
                                 params=SamplingParams(max_tokens=TOKENS))
     batched = await answer(engine, request)
-    serial = LlamaCppEngine(EngineOptions(context_size=2048, parallel=2, threads=2,
-                                          determinism="serial", kv_cache="split"))
+    options = EngineOptions(context_size=2048, parallel=2, threads=2)
+    serial = LlamaCppEngine(options.with_values(determinism="serial", kv_cache="split"))
     await serial.load()
     try:
         assert await answer(serial, request) == batched
@@ -124,4 +124,4 @@ async def test_one_token_per_decode_gives_the_batched_answer(engine: LlamaCppEng
 
 def test_an_unknown_determinism_is_refused_before_loading() -> None:
     with pytest.raises(EngineError, match="exact, serial, fast"):
-        LlamaCppEngine(EngineOptions(determinism="sometimes"))
+        LlamaCppEngine(EngineOptions().with_values(determinism="sometimes"))

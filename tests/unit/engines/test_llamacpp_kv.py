@@ -23,6 +23,7 @@ from tokenpipe.engines.llamacpp.migrate import one_stream
 from tokenpipe.errors import ContextOverflow
 from tokenpipe.types import (
     EngineFinish,
+    EngineProgress,
     EngineText,
     FinishReason,
     GenerationRequest,
@@ -37,8 +38,8 @@ CONTEXT, PARALLEL = 1024, 4
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[LlamaCppEngine]:
-    eng = LlamaCppEngine(EngineOptions(context_size=CONTEXT, parallel=PARALLEL, threads=2,
-                                       kv_cache="shared"))
+    options = EngineOptions(context_size=CONTEXT, parallel=PARALLEL, threads=2)
+    eng = LlamaCppEngine(options.with_values(kv_cache="shared"))
     asyncio.run(eng.load())
     yield eng
     asyncio.run(eng.aclose())
@@ -106,8 +107,8 @@ async def test_split_cache_answers_stay_bit_identical_after_a_fragmenting_load()
     """With the split cache each sequence's cells stay in order in its own stream, so the
     same request's logprobs are bit-identical after any other traffic (the shared cache
     cannot promise that once it fragments: docs/determinism.md)."""
-    eng = LlamaCppEngine(EngineOptions(context_size=CONTEXT, parallel=PARALLEL, threads=2,
-                                       kv_cache="split"))
+    options = EngineOptions(context_size=CONTEXT, parallel=PARALLEL, threads=2)
+    eng = LlamaCppEngine(options.with_values(kv_cache="split"))
     await eng.load()
     try:
         assert eng.info.context_tokens == CONTEXT // PARALLEL
@@ -155,7 +156,7 @@ def turns(*texts: str, max_tokens: int) -> GenerationRequest:
 async def test_what_fits_a_stream_runs_split_the_rest_shared(tiered: LlamaCppEngine) -> None:
     split, shared = tiered._tiers
     assert not split.context.shared and split.context.context_tokens == CONTEXT // PARALLEL
-    assert shared.context.shared and shared.context.context_tokens == CONTEXT
+    assert shared.shared and shared.context_tokens == CONTEXT
     assert tiered.info.context_tokens == CONTEXT  # what one conversation may use
     tiered.forget_cache()
     short = turns("Name three colours.", max_tokens=16)
@@ -163,6 +164,7 @@ async def test_what_fits_a_stream_runs_split_the_rest_shared(tiered: LlamaCppEng
     assert max(cached(tiered, 0)) > 0 and cached(tiered, 1) == [0] * PARALLEL
     text, _, prompt = await run(tiered, long_request("rivers", 300, 16))
     assert text and prompt > CONTEXT // PARALLEL  # more than a stream holds
+    assert shared.is_open and shared.context.shared  # allocated for it
     assert max(cached(tiered, 1)) >= prompt
     with pytest.raises(ContextOverflow):  # the shared half is the bound
         tiered.prepare(long_request("rivers", 300, CONTEXT), 64)
@@ -212,6 +214,43 @@ async def test_both_tiers_stream_at_once_with_the_answers_they_give_alone(
                                     *(run(tiered, r, log, f"s{i}") for i, r in enumerate(shorts)))
     assert log.index("long first") < log.index("s0 end")  # they overlapped
     assert [(t, lp) for t, lp, _ in together] == [(t, lp) for t, lp, _ in alone]
+
+
+async def test_the_shared_tier_is_allocated_on_demand_and_freed_when_idle() -> None:
+    """Its cells exist only while a conversation longer than a stream needs them (and for
+    --shared-tier-keep-alive after): the load opens, checks and frees it; the conversation
+    that outgrows its stream opens it (its prefill reported from 0), moves its turns over
+    and answers as the same request does cold, after the tier was freed and opened again."""
+    options = EngineOptions(context_size=2 * CONTEXT, parallel=PARALLEL, threads=2)
+    eng = LlamaCppEngine(options.with_values(shared_tier_keep_alive=1.0))
+    await eng.load()
+    try:
+        shared = eng._tiers[1]
+        assert shared.lazy and not shared.is_open and eng.info.context_tokens == CONTEXT
+        question = "Tell me about the moon in a few sentences."
+        answer, _, _ = await run(eng, turns(question, max_tokens=60))
+        assert not shared.is_open  # it fitted a stream
+        follow = turns(question, answer, "Now say more about its phases and its tides. " * 45,
+                       max_tokens=120)
+        prepared = eng.prepare(follow, 64)
+        assert len(prepared.prompt_ids) > 512  # long enough to report its prefill
+        events = [e async for e in eng.stream(prepared)]
+        progress = [(e.done, e.total) for e in events if isinstance(e, EngineProgress)]
+        assert progress[0] == (0, len(prepared.prompt_ids))  # the opening, then the prefill
+        finish = events[-1]
+        assert isinstance(finish, EngineFinish) and finish.usage.cached_tokens > 0  # moved
+        warm = ("".join(e.text for e in events if isinstance(e, EngineText)),
+                [lp.logprob for e in events if isinstance(e, EngineText) for lp in e.logprobs])
+        for _ in range(100):  # freed after 1 s unused
+            if not shared.is_open:
+                break
+            await asyncio.sleep(0.05)
+        assert not shared.is_open
+        eng.forget_cache()
+        cold_text, cold_logprobs, _ = await run(eng, follow)
+        assert shared.is_open and (cold_text, cold_logprobs) == warm
+    finally:
+        await eng.aclose()
 
 
 def test_a_split_streams_saved_cells_become_one_streams() -> None:

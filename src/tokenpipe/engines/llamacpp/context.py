@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 from dataclasses import dataclass
 from typing import Any
 
 import llama_cpp as lc
 
 from ...errors import EngineError
-from ..base import EngineOptions
 from . import exact
 
 
@@ -22,7 +23,7 @@ class Context:
     shared: bool  # llama.cpp's unified KV cache: one pool of cells for every sequence
 
     @classmethod
-    def open(cls, model: Any, options: EngineOptions, *, cells: int, shared: bool,
+    def open(cls, model: Any, determinism: str, *, cells: int, shared: bool,
              parallel: int, threads: int, batch_min: int) -> Context:
         cparams = lc.llama_context_default_params()
         cparams.n_ctx = cells
@@ -35,7 +36,7 @@ class Context:
         # it); split: a fixed stream of cells / parallel per sequence
         cparams.kv_unified = shared
         cparams.no_perf = True
-        exact.context_params(options.determinism, cparams)  # determinism: the KV cache
+        exact.context_params(determinism, cparams)  # determinism: the KV cache
         ctx = lc.llama_init_from_model(model, cparams)
         if not ctx:
             raise EngineError("llama.cpp could not create a context")
@@ -45,3 +46,13 @@ class Context:
     def close(self) -> None:
         lc.llama_batch_free(self.batch)
         lc.llama_free(self.ctx)
+
+
+def give_back_freed_memory() -> None:
+    """Returns freed heap pages to the system (glibc's malloc_trim): a context freed on the
+    decode thread leaves its smaller buffers in that thread's malloc arena, resident, until
+    trimmed. Does nothing where the C library has no malloc_trim."""
+    name = ctypes.util.find_library("c")
+    trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    if trim is not None:
+        trim(0)

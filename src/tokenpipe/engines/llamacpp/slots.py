@@ -153,7 +153,8 @@ class Slots:
 
     def drop(self, slot: int) -> None:
         """Empties a slot whose cells are unknown (its decode failed)."""
-        lc.llama_memory_seq_rm(self._mem, slot, -1, -1)
+        if self._mem is not None:  # a closed tier's slots hold nothing
+            lc.llama_memory_seq_rm(self._mem, slot, -1, -1)
         self.cached[slot].clear()
 
     def forget(self) -> None:

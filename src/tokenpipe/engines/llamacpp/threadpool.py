@@ -44,6 +44,15 @@ class Threadpool:
         self._lib.llama_attach_threadpool(ctx_ptr, self.handle, self.handle)
         self._attached.append(ctx_ptr)
 
+    def detach(self, ctx: Any) -> None:
+        """ctx leaves the pool (before it is freed while the pool goes on)."""
+        ctx_ptr = ctypes.cast(ctx, ctypes.c_void_p)
+        for i, attached in enumerate(self._attached):
+            if attached.value == ctx_ptr.value:
+                self._lib.llama_detach_threadpool(attached)
+                del self._attached[i]
+                return
+
     def close(self) -> None:
         """Detaches every context (before they are freed), then frees the pool."""
         if self.handle:

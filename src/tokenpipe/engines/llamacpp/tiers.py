@@ -20,13 +20,14 @@ decoding them again. While both tiers have sequences, a step is one llama_decode
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import llama_cpp as lc
 
 from ...errors import EngineError
-from ..base import DEFAULT_CONTEXT, EngineOptions
+from ..base import DEFAULT_CONTEXT
 from . import migrate
 from .context import Context
 from .slots import SHARE_MIN, Seq, Slots, common_prefix
@@ -61,27 +62,55 @@ def per_sequence(kv_cache: str, cells: int, parallel: int) -> int:
 
 @dataclass(eq=False)
 class Tier:
-    context: Context
-    slots: Slots
+    """A context and its slots. A tier may be closed (no context, no cells in memory): the
+    shared tier of the tiered layout is, until a conversation outgrows a split stream, and
+    again once it has been idle for --shared-tier-keep-alive."""
 
-    @classmethod
-    def open(cls, model: Any, options: EngineOptions, slots: Slots, *, shared: bool,
-             cells: int, threads: int, batch_min: int) -> Tier:
-        context = Context.open(model, options, cells=cells, shared=shared,
-                               parallel=slots.parallel, threads=threads, batch_min=batch_min)
-        slots.reset(context.mem, context.context_tokens if shared else None)
-        return cls(context, slots)
+    slots: Slots
+    shared: bool
+    cells: int
+    context_tokens: int = 0  # what one sequence may use here (llama.cpp's, once opened)
+    lazy: bool = False  # closed while idle (opened again when a sequence needs it)
+    last_used: float = 0.0  # time.monotonic() when a sequence last left it
+    _context: Context | None = None
+
+    def open(self, model: Any, determinism: str, *, threads: int, batch_min: int) -> Context:
+        """Allocates the tier's context (its KV cells); its slots start empty."""
+        context = Context.open(model, determinism, cells=self.cells, shared=self.shared,
+                               parallel=self.slots.parallel, threads=threads,
+                               batch_min=batch_min)
+        self._context = context
+        self.context_tokens = context.context_tokens
+        self.slots.reset(context.mem, context.context_tokens if self.shared else None)
+        self.last_used = time.monotonic()
+        return context
+
+    def close(self) -> None:
+        """Frees the context and its cells; the slots' caches are gone with them."""
+        if self._context is not None:
+            self._context.close()
+            self._context = None
+            self.slots.reset(None, None)
+
+    @property
+    def is_open(self) -> bool:
+        return self._context is not None
+
+    @property
+    def context(self) -> Context:
+        """The open tier's context (the decode thread opens a tier before it assigns it)."""
+        assert self._context is not None, "the tier is closed"
+        return self._context
 
     def holds(self, seq: Seq) -> bool:
         """seq's prompt and answer fit what one sequence may use here."""
-        return len(seq.prompt) + seq.max_tokens <= self.context.context_tokens
+        return len(seq.prompt) + seq.max_tokens <= self.context_tokens
 
     @property
     def label(self) -> str:
-        c = self.context
-        if c.shared:
-            return f"{c.context_tokens} shared"
-        return f"{self.slots.parallel} x {c.context_tokens} split"
+        if self.shared:
+            return f"{self.context_tokens} shared" + (" (on demand)" if self.lazy else "")
+        return f"{self.slots.parallel} x {self.context_tokens} split"
 
 
 def tier_for(tiers: list[Tier], seq: Seq) -> Tier:

@@ -45,12 +45,14 @@ from ...errors import (
 from ...types import EngineEvent, EngineStart, GenerationRequest, Message, OutputFormat, ToolChoice
 from ..base import Engine, EngineInfo, EngineOptions, PreparedRequest, constrained
 from .answers import Progress, Retry, describe, finish_events, handle_event, refusal
+from .kind import KIND
 from .replicas import CONNECT_TIMEOUT_S, Replica, Replicas
 
 DRAIN_TIMEOUT_S = 1.0
 
 
 class OpenAIEngine(Engine):
+    kind = KIND
     health_interval_s = 2.0
     splits_calls = True  # the upstream streams its calls apart (answers.py, calls.py)
 
@@ -86,12 +88,13 @@ class OpenAIEngine(Engine):
 
     @classmethod
     def from_options(cls, options: EngineOptions) -> OpenAIEngine:
-        urls = [u for u in (options.upstream or "").split(",") if u.strip()]
-        return cls(urls, api_key=options.upstream_key, model=options.model,
+        own = KIND.read(options.values)
+        urls = [u for u in (own["upstream"] or "").split(",") if u.strip()]
+        return cls(urls, api_key=own["upstream_key"], model=options.model,
                    model_id=options.model_id, context_tokens=options.total_context,
                    parallel=options.parallel,
-                   first_token_timeout_s=options.upstream_first_token_timeout_s,
-                   idle_timeout_s=options.upstream_idle_timeout_s)
+                   first_token_timeout_s=float(own["upstream_first_token_timeout_s"]),
+                   idle_timeout_s=float(own["upstream_idle_timeout_s"]))
 
     # ---- lifecycle ----------------------------------------------------------------------
     async def load(self) -> None:

@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ...errors import EngineError
 from ..base import EngineOptions, bundled_model_path
+from .kind import KIND
 
 # Chat-turn terminators that end a generation even where the config names only one EOS.
 _END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
@@ -20,7 +21,7 @@ _END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endof
 def load(options: EngineOptions) -> tuple[str, Any, Any, torch.device, torch.dtype]:
     """(source, tokenizer, model on its device in eval mode, device, dtype)."""
     source, gguf = _resolve(options.model)
-    device = _device(options.device)
+    device = _device(KIND.read(options.values)["device"])
     dtype = torch.float32 if device.type == "cpu" else (
         torch.bfloat16 if device.type != "cuda" or torch.cuda.is_bf16_supported()
         else torch.float16)

@@ -9,6 +9,7 @@ file size, digest) is left empty, Ollama's way of saying nothing: "" and 0.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,8 +18,6 @@ from pydantic_core import from_json
 from ...types import FinishReason, Timing, Usage
 
 NS_PER_MS = 1_000_000
-# the engines that generate tool calls under a grammar (the others refuse tools)
-CONSTRAINED = ("llamacpp", "transformers")
 # Ollama's `keep_alive: -1` ("forever"): its expiry is now plus the largest Go duration
 FOREVER = timedelta(microseconds=(2**63 - 1) // 1000)
 
@@ -127,37 +126,45 @@ class Answer:
                 "done_reason": "unload", "done": True}
 
 
-def details(engine: str) -> dict[str, Any]:
-    """What this server knows of the model's kind: llama.cpp reads GGUF files only."""
-    return {"parent_model": "", "format": "gguf" if engine == "llamacpp" else "",
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """What the listings say of a model's kind, from its engine's declared capabilities."""
+
+    gguf: bool = False  # its engine reads GGUF files only
+    tools: bool = False  # its engine generates tool calls under a grammar
+
+
+def details(kind: Kind) -> dict[str, Any]:
+    """What this server knows of the model's kind."""
+    return {"parent_model": "", "format": "gguf" if kind.gguf else "",
             "family": "", "families": None, "parameter_size": "", "quantization_level": ""}
 
 
-def tag(name: str, engine: str, since: datetime) -> dict[str, Any]:
+def tag(name: str, kind: Kind, since: datetime) -> dict[str, Any]:
     """One model of /api/tags; `since`: when this server started serving it."""
     return {"name": name, "model": name, "modified_at": timestamp(since), "size": 0,
-            "digest": "", "details": details(engine)}
+            "digest": "", "details": details(kind)}
 
 
-def loaded_model(name: str, engine: str, context_tokens: int, expires_at: float | None,
+def loaded_model(name: str, kind: Kind, context_tokens: int, expires_at: float | None,
                  *, busy: bool = False) -> dict[str, Any]:
     """One model of /api/ps; `expires_at` (a time.time()) is when its keep-alive unloads
     it, None: it stays (Ollama writes "forever" as the largest Go duration from now)."""
     until = (datetime.now(UTC) + FOREVER if expires_at is None or busy
              else datetime.fromtimestamp(expires_at, UTC))
-    return {"name": name, "model": name, "size": 0, "digest": "", "details": details(engine),
+    return {"name": name, "model": name, "size": 0, "digest": "", "details": details(kind),
             "expires_at": timestamp(until), "size_vram": 0, "context_length": context_tokens}
 
 
-def shown(name: str, engine: str, context_tokens: int, since: datetime) -> dict[str, Any]:
+def shown(name: str, kind: Kind, context_tokens: int, since: datetime) -> dict[str, Any]:
     """/api/show: what is known; the chat template is the model's own (not Ollama's Go
     template), so `template` is empty. `num_ctx` is the tokens one request may use."""
     return {
         "modelfile": f"# served by tokenpipe\nFROM {name}\nPARAMETER num_ctx {context_tokens}\n",
         "parameters": f"num_ctx {context_tokens}",
         "template": "",
-        "details": details(engine),
+        "details": details(kind),
         "model_info": {"tokenpipe.context_length": context_tokens},
-        "capabilities": ["completion", *(["tools"] if engine in CONSTRAINED else [])],
+        "capabilities": ["completion", *(["tools"] if kind.tools else [])],
         "modified_at": timestamp(since),
     }

@@ -17,11 +17,12 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from ...config import ENGINES, engine_kind
 from ...errors import TokenpipeError
 from ...protocol.ollama import names
 from ...protocol.ollama.errors import OllamaError, bad_body, error_json, validation_error
 from ...protocol.ollama.requests import ChatRequest, GenerateRequest, ShowRequest
-from ...protocol.ollama.responses import Answer, loaded_model, shown, tag
+from ...protocol.ollama.responses import Answer, Kind, loaded_model, shown, tag
 from ..doors import METHODS
 from ..requests import json_body, runtime_of
 from ..sessions import ModelRegistry
@@ -89,7 +90,7 @@ async def list_tags(request: Request) -> Response:
     """Every served model, named as Ollama lists models (with a tag)."""
     models = _models(request)
     try:
-        listed = [tag(names.listed(n), models.info(n).name, _STARTED) for n in models.names]
+        listed = [tag(names.listed(n), _kind(models.info(n).name), _STARTED) for n in models.names]
     except TokenpipeError as exc:  # 503 when no model can serve
         return error_response(exc)
     return JSONResponse({"models": listed})
@@ -101,7 +102,7 @@ async def list_loaded(request: Request) -> Response:
     loaded = []
     for slot in models.loaded:
         info = models.info(slot.name) if slot.info is None else slot.info
-        loaded.append(loaded_model(names.listed(slot.name), info.name, info.context_tokens,
+        loaded.append(loaded_model(names.listed(slot.name), _kind(info.name), info.context_tokens,
                                    slot.expires_at, busy=slot.busy))
     return JSONResponse({"models": loaded})
 
@@ -122,8 +123,16 @@ async def show(request: Request) -> Response:
         info = models.info(served)
     except TokenpipeError as exc:
         return error_response(exc, body.requested)
-    return JSONResponse(shown(names.listed(served), info.name, info.context_tokens,
+    return JSONResponse(shown(names.listed(served), _kind(info.name), info.context_tokens,
                               _STARTED))
+
+
+def _kind(engine: str) -> Kind:
+    """The listings' view of an engine, from its declared capabilities."""
+    if engine not in ENGINES:
+        return Kind()
+    caps = engine_kind(engine).capabilities
+    return Kind(gguf=caps.model_files == "gguf", tools=caps.constrains)
 
 
 async def version(request: Request) -> Response:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 from tokenpipe.protocol.ollama.responses import (
     Answer,
+    Kind,
     call_json,
     details,
     durations,
@@ -68,24 +69,25 @@ def test_the_load_answer_is_ollamas() -> None:
 
 def test_listings_say_only_what_is_known() -> None:
     since = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
-    assert details("llamacpp")["format"] == "gguf" and details("fake")["format"] == ""
-    assert {details("llamacpp")[k] for k in ("family", "parameter_size",
-                                              "quantization_level")} == {""}
-    entry = tag("m:latest", "llamacpp", since)
+    gguf, plain = Kind(gguf=True, tools=True), Kind()
+    assert details(gguf)["format"] == "gguf" and details(plain)["format"] == ""
+    assert {details(gguf)[k] for k in ("family", "parameter_size",
+                                       "quantization_level")} == {""}
+    entry = tag("m:latest", gguf, since)
     assert entry["name"] == entry["model"] == "m:latest"
     assert entry["modified_at"] == timestamp(since) == "2026-01-02T03:04:05.000000Z"
     assert (entry["size"], entry["digest"]) == (0, "")
-    ps = loaded_model("m:latest", "fake", 4096, None)
+    ps = loaded_model("m:latest", plain, 4096, None)
     assert ps["context_length"] == 4096
     assert datetime.fromisoformat(ps["expires_at"]).year > 2300  # Ollama's "forever"
-    soon = loaded_model("m:latest", "fake", 4096, since.timestamp() + 300)
+    soon = loaded_model("m:latest", plain, 4096, since.timestamp() + 300)
     assert soon["expires_at"] == "2026-01-02T03:09:05.000000Z"  # its keep-alive's end
-    busy = loaded_model("m:latest", "fake", 4096, since.timestamp(), busy=True)
+    busy = loaded_model("m:latest", plain, 4096, since.timestamp(), busy=True)
     assert datetime.fromisoformat(busy["expires_at"]).year > 2300  # running: not counting
-    info = shown("m:latest", "fake", 4096, since)
+    info = shown("m:latest", plain, 4096, since)
     assert info["parameters"] == "num_ctx 4096" and "FROM m:latest" in info["modelfile"]
     assert info["capabilities"] == ["completion"] and info["template"] == ""
-    assert shown("m", "llamacpp", 4096, since)["capabilities"] == ["completion", "tools"]
+    assert shown("m", gguf, 4096, since)["capabilities"] == ["completion", "tools"]
     assert info["model_info"] == {"tokenpipe.context_length": 4096}
 
 

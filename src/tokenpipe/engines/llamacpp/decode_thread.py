@@ -1,0 +1,263 @@
+"""The llama.cpp engine's decode thread: it owns the contexts, admits waiting sequences
+into their KV tier (tiers.py) and slot (slots.py), plans each step's rows (one token per
+decoding sequence plus a chunk of at most one waiting prompt), runs one llama_decode a tier,
+hands each step's events to the event loop at once, opens the shared tier when a sequence
+first needs it and frees it once idle, and recovers from a fault with fresh contexts.
+LlamaCppEngine (engine.py) inherits it; what it reads of the engine is declared
+below."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import queue
+import threading
+import time
+from collections import deque
+
+import llama_cpp as lc
+
+from ...constrain import Guides, grammar_for
+from ...errors import EngineError, EngineUnavailable
+from ...types import EngineEvent, EngineProgress
+from ..base import EngineInfo, drain, hand_over, opens_thinking
+from .next_token import next_token
+from .progress import progress
+from .sampler import make_sampler
+from .slots import Seq
+from .tiers import Tier, move_prefix, tier_for
+from .vocab import Vocab
+
+log = logging.getLogger("tokenpipe.llamacpp")
+
+PROMPT_CHUNK = 512  # prompt tokens per step while other sequences are decoding
+_Row = tuple[Seq, int, int, bool]  # (sequence, token, position, wants logits)
+
+
+class DecodeThread:
+    """The decode thread's half of LlamaCppEngine (engine.py builds and loads the state)."""
+
+    info: EngineInfo
+    determinism: str
+    failures: int
+    restarts: int
+    _inbox: queue.SimpleQueue[Seq]
+    _wake: threading.Event
+    _stop: bool
+    _thread: threading.Thread | None
+    _failure: str | None
+    _tiers: list[Tier]
+    _vocab: Vocab
+    _guides: concurrent.futures.Future[Guides]
+    _batch_cap: int
+    shared_tier_keep_alive: float
+
+    def _new_context(self) -> None:
+        raise NotImplementedError  # engine.py: fresh contexts for the loaded model
+
+    def _free_run_state(self) -> None:
+        raise NotImplementedError  # engine.py: frees the contexts
+
+    def _open_tier(self, tier: Tier) -> None:
+        raise NotImplementedError  # engine.py: allocates a tier's context
+
+    def _close_tier(self, tier: Tier) -> None:
+        raise NotImplementedError  # engine.py: frees a tier's context
+
+    def _run(self) -> None:
+        waiting: deque[Seq] = deque()
+        active: list[Seq] = []
+        try:
+            self._loop(waiting, active)
+        except BaseException as exc:  # the context is in an unknown state
+            self._recover(exc, [*active, *waiting])
+
+    def _loop(self, waiting: deque[Seq], active: list[Seq]) -> None:
+        while not self._stop:
+            waiting.extend(drain(self._inbox))
+            self._drop_cancelled(waiting, active)
+            self._admit(waiting, active)
+            wait_s = self._close_idle_tiers(active)
+            if not active:
+                self._wake.wait(wait_s)
+                self._wake.clear()
+                continue
+            self._step(active)
+
+    def _recover(self, exc: BaseException, in_flight: list[Seq]) -> None:
+        """Ends the generations in flight with the reason, then carries on with a fresh
+        context and decode thread (the model stays loaded); if even that fails, the engine
+        is marked failed for good and /health says why."""
+        reason = f"the llama.cpp decode loop failed: {type(exc).__name__}: {exc}"
+        log.error("%s; recovering", reason, exc_info=exc)
+        self.failures += 1
+        hand_over([(seq, [EngineError(reason)]) for seq in in_flight])
+        for seq in in_flight:
+            if seq.sampler is not None:
+                lc.llama_sampler_free(seq.sampler)
+                seq.sampler = None
+        try:
+            self._free_run_state()
+            self._new_context()
+        except Exception as again:
+            self._failure = (f"{reason}; a fresh context failed too: "
+                             f"{type(again).__name__}: {again}")
+            log.error("llama.cpp engine cannot recover: %s", self._failure)
+            hand_over([(seq, [EngineUnavailable(self._failure)])
+                       for seq in drain(self._inbox)])
+            return
+        if not self._stop:
+            thread = threading.Thread(target=self._run, name="llamacpp-decode", daemon=True)
+            thread.start()
+            self._thread = thread  # running before anyone sees it (healthy() reads it)
+        self.restarts += 1
+        log.warning("llama.cpp engine recovered (restart %d)", self.restarts)
+
+    def _drop_cancelled(self, waiting: deque[Seq], active: list[Seq]) -> None:
+        for seq in [s for s in waiting if s.cancelled]:
+            waiting.remove(seq)
+        for seq in [s for s in active if s.cancelled]:
+            active.remove(seq)
+            self._release(seq)
+        for seq in active:  # a donor that went away can no longer share its prefix
+            if seq.donor is not None and seq.donor not in active:
+                seq.donor, seq.share = None, 0
+
+    def _admit(self, waiting: deque[Seq], active: list[Seq]) -> None:
+        """Starts the waiting sequences that have a slot and room in their tier, first come
+        first served within a tier: one that waits for room in the shared tier holds back
+        the later ones there, not those of the split tier."""
+        full: set[int] = set()
+        for seq in list(waiting):
+            tier = tier_for(self._tiers, seq)
+            if id(tier) in full:
+                continue
+            if not tier.is_open:
+                self._open_for(seq, tier)
+            if not tier.slots.free or not self._assign(seq, tier, active):
+                full.add(id(tier))  # no slot, or no room until one ends
+                if len(full) == len(self._tiers):
+                    return
+                continue
+            waiting.remove(seq)
+            active.append(seq)
+
+    def _open_for(self, seq: Seq, tier: Tier) -> None:
+        """A conversation outgrew the split tier: the shared tier's cells are allocated now
+        (a few hundred ms), the start of its prefill where a prefill is reported."""
+        if len(seq.prompt) > PROMPT_CHUNK:
+            hand_over([(seq, [EngineProgress(0, len(seq.prompt))])])
+        started = time.perf_counter()
+        self._open_tier(tier)
+        log.info("opened the KV cache's %s tier in %.0f ms", tier.label,
+                 (time.perf_counter() - started) * 1000)
+
+    def _close_idle_tiers(self, active: list[Seq]) -> float | None:
+        """Frees a lazy tier unused for shared_tier_keep_alive; the seconds until the next
+        one is due (None: none open)."""
+        due: float | None = None
+        for tier in self._tiers:
+            if not (tier.lazy and tier.is_open) or any(s.tier is tier for s in active):
+                continue
+            left = self.shared_tier_keep_alive - (time.monotonic() - tier.last_used)
+            if left <= 0:
+                self._close_tier(tier)
+                log.info("freed the KV cache's %s tier (unused for %g s)", tier.label,
+                         self.shared_tier_keep_alive)
+            else:
+                due = left if due is None else min(due, left)
+        return due
+
+    def _assign(self, seq: Seq, tier: Tier, active: list[Seq]) -> bool:
+        if not tier.slots.assign(seq, [other for other in active if other.tier is tier]):
+            return False
+        seq.tier = tier
+        move_prefix(seq, self._tiers)
+        request = seq.prepared.request
+        seq.sampler = make_sampler(request.params, self._vocab.n_tokens,
+                                   seq.prompt, self.info.context_tokens)
+        grammar = grammar_for(request, inside=opens_thinking(seq.prepared))
+        if grammar is not None:  # checked in prepare(): compiled and cached
+            seq.guide = self._guides.result().start(*grammar)
+        return True
+
+    def _release(self, seq: Seq) -> None:
+        seq.tier.slots.release(seq)
+        seq.tier.last_used = time.monotonic()
+        seq.guide = None
+        if seq.sampler is not None:
+            lc.llama_sampler_free(seq.sampler)
+            seq.sampler = None
+
+    def _step(self, active: list[Seq]) -> None:
+        rows = self._plan(active)
+        # a llama_decode a tier; serial: one token each, so that every matmul sees one row
+        groups = [[row for row in rows if row[0].tier is tier] for tier in self._tiers]
+        if self.determinism == "serial":
+            groups = [[row] for group in groups for row in group]
+        outbox: list[tuple[Seq, list[EngineEvent | BaseException]]] = []
+        for group in groups:
+            group = [row for row in group if row[0] in active]  # not failed or finished
+            if group:
+                outbox.extend(self._decode(group, active))
+        # a long prompt's progress, before its first token
+        hand_over([*progress(rows, PROMPT_CHUNK), *outbox])
+
+    def _plan(self, active: list[Seq]) -> list[_Row]:
+        """This step's rows: the sampled token of every decoding sequence, then chunks of
+        waiting prompts, first come first served, sorted by slot (llama.cpp puts rows in
+        one ubatch only for increasing, consecutive sequence ids: each run is one graph)."""
+        rows: list[_Row] = []
+        for seq in active:
+            if seq.donor is not None and seq.donor.n_past >= seq.share:
+                seq.tier.slots.take_from_donor(seq)
+            if not seq.todo:
+                rows.append((seq, seq.last, seq.n_past, True))
+        budget = self._batch_cap - len(rows)
+        if rows:
+            budget = min(budget, PROMPT_CHUNK)
+        for seq in active:
+            if seq.todo and seq.donor is None and budget > 0:
+                take = min(budget, PROMPT_CHUNK)  # a long prompt in steps: progress between
+                chunk, seq.todo = seq.todo[:take], seq.todo[take:]
+                last = len(chunk) - 1 if not seq.todo else -1
+                rows.extend((seq, token, seq.n_past + i, i == last)
+                            for i, token in enumerate(chunk))
+                budget -= len(chunk)
+        rows.sort(key=lambda row: row[0].slot)  # stable: a prompt's tokens stay in order
+        return rows
+
+    def _decode(self, rows: list[_Row], active: list[Seq]
+                ) -> list[tuple[Seq, list[EngineEvent | BaseException]]]:
+        """One llama_decode of rows (all of one tier), then each sequence's sampled token
+        (or the error)."""
+        tier = rows[0][0].tier
+        batch = tier.context.batch
+        for i, (seq, token, pos, logits) in enumerate(rows):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, pos, 1
+            batch.seq_id[i][0], batch.logits[i] = seq.slot, logits
+            if logits:
+                seq.batch_index = i
+        batch.n_tokens = len(rows)
+        rc = lc.llama_decode(tier.context.ctx, batch)
+        outbox: list[tuple[Seq, list[EngineEvent | BaseException]]] = []
+        if rc != 0:
+            error = EngineError(f"llama_decode failed with code {rc}")
+            for seq in dict.fromkeys(row[0] for row in rows):
+                tier.slots.drop(seq.slot)
+                active.remove(seq)
+                self._release(seq)
+                outbox.append((seq, [error]))
+            return outbox
+        cached = tier.slots.cached
+        for seq, token, _, _ in rows:
+            cached[seq.slot].append(token)
+            seq.n_past += 1
+        for seq, _, _, logits in rows:
+            if logits:
+                items, ended = next_token(seq, self._vocab)
+                if ended:
+                    active.remove(seq)
+                    self._release(seq)
+                outbox.append((seq, items))
+        return outbox

@@ -1,0 +1,29 @@
+"""The llamacpp engine's declaration (engines/kind.py): its options and capabilities,
+importable without llama-cpp-python."""
+
+from __future__ import annotations
+
+from ..kind import Capabilities, EngineKind, Option
+
+KIND = EngineKind(
+    "llamacpp", "tokenpipe.engines.llamacpp.engine:LlamaCppEngine",
+    options=(
+        Option("determinism", "str", "exact", choices=("exact", "serial", "fast"),
+               model_key="determinism",
+               help="llamacpp: exact (default: greedy answers depend on the request "
+                    "alone), serial (exact for every weight type, slow) or fast "
+                    "(llama.cpp's defaults); see docs/determinism.md"),
+        Option("kv_cache", "str", "tiered", choices=("tiered", "shared", "split"),
+               help="llamacpp: tiered (default: half of --ctx-size as split streams for "
+                    "what fits one, half as one pool a long conversation may fill), "
+                    "shared (one pool of --ctx-size cells) or split (--ctx-size / "
+                    "--parallel a sequence); see docs/configuration.md"),
+        Option("shared_tier_keep_alive", "duration", 300.0, metavar="DURATION",
+               help="llamacpp tiered: the shared tier's cells (for conversations longer "
+                    "than a split stream) are allocated when one first needs them and "
+                    "freed after they are unused this long (\"5m\", 300; default 5m; -1: "
+                    "allocated at start, never freed)"),
+    ),
+    capabilities=Capabilities(model_files="gguf", constrains=True),
+    install_hint="pip install 'tokenpipe[llamacpp]'",
+)
