@@ -19,5 +19,8 @@ status=0
 if [ -f web/package.json ] && [ $# -eq 0 ]; then
   npm test --prefix web --silent || status=$?
 fi
-.venv/bin/python -m pytest -ra "$@" || status=$?
+# Three workers on 2 cores: the e2e modules wait on servers, sockets and the browser much of
+# the time. A module stays on one worker (its servers start once): tests/conftest.py.
+workers=${TOKENPIPE_TEST_WORKERS:-3}
+.venv/bin/python -m pytest -ra -n "$workers" --dist loadgroup "$@" || status=$?
 exit $status

@@ -26,6 +26,13 @@ hypothesis_settings.register_profile("quick", deadline=None, max_examples=25)
 hypothesis_settings.load_profile("default")
 
 ROOT = Path(__file__).resolve().parent.parent
+# Modules that load the bundled GGUF through transformers (~30 s of CPU, once a session
+# per worker, transformers_loads_once): run by one pytest-xdist worker together.
+TRANSFORMERS_GROUP = {
+    "tests/test_engine_contract.py", "tests/test_sampling_contract.py",
+    "tests/test_thinking_budget_contract.py", "tests/unit/engines/test_chat_template.py",
+    "tests/unit/engines/test_prefill.py", "tests/unit/engines/test_recovery.py",
+    "tests/unit/engines/test_transformers.py"}
 LOGS = ROOT / "tests" / "e2e" / "artifacts"
 
 
@@ -215,3 +222,15 @@ def transformers_loads_once() -> Iterator[None]:
         patch.setattr(loading, "AutoModelForCausalLM",
                       _LoadedOnce(loading.AutoModelForCausalLM, lambda model: model))
         yield
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist's `--dist loadgroup` (scripts/test.sh) a module runs on one
+    worker, so its module-scoped servers start once; the transformers modules share one."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            module = item.path.relative_to(ROOT).as_posix()
+            group = "transformers" if module in TRANSFORMERS_GROUP else module
+            item.add_marker(pytest.mark.xdist_group(group))
+
