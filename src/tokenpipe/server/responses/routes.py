@@ -38,7 +38,7 @@ from .session_response import (
     SessionResponse,
     error_response,
 )
-from .store import Pending, ResponseStore, message_of, turn
+from .store import Pending, ResponseStore, message_of, row_bytes, turn
 
 CANCEL_WAIT_S = 10.0  # cancel: how long to wait for the cancelled response to be stored
 
@@ -49,7 +49,9 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings = runtime.settings
     state = ResponsesState(ResponseStore(responses_db_path(settings),
                                          max_age_s=settings.responses_max_age_s,
-                                         max_count=settings.responses_max_count),
+                                         max_count=settings.responses_max_count,
+                                         max_row_bytes=settings.responses_max_row_bytes,
+                                         max_bytes=settings.responses_max_bytes),
                            runtime.resumable)
     app.state.responses = state
     try:
@@ -108,6 +110,9 @@ async def create_response(request: Request) -> Response:
         if unanswered is not None:
             raise bad(f"No tool call found for function call output with call_id "
                       f"{unanswered}.", "input")
+        pending = Pending(input_items(body), [*conversation, *(turn(m) for m in body.turns())])
+        if body.stored:
+            _check_row(state, pending)
         session = await runtime.models.start(generation, resumable=bool(body.background),
                                              api="responses")
     except ClientDisconnect:
@@ -117,8 +122,6 @@ async def create_response(request: Request) -> Response:
     except TokenpipeError as exc:
         return error_response(exc)
     shape = ResponseShape.new(body, session.model)
-    pending = Pending(input_items(body),
-                      [*conversation, *(turn(m) for m in body.turns())])
     ping_s = runtime.settings.sse_ping_interval_s or None
     if body.background:
         run = Run(session, shape, bool(body.tools), pending, state.store)
@@ -132,6 +135,15 @@ async def create_response(request: Request) -> Response:
 
     return SessionResponse(session, answer_of(shape, bool(body.tools)), stream=bool(body.stream),
                            keep=keep if body.stored else None, ping_s=ping_s or 0)
+
+
+def _check_row(state: ResponsesState, pending: Pending) -> None:
+    """A 400 before anything runs where what the response would store (its input, the
+    conversation it continues) is over the store's per-response cap."""
+    size = row_bytes(pending.input_items, pending.conversation)
+    if size > state.store.max_row_bytes:
+        raise bad(f"this response would store {size} bytes (its input and the conversation "
+                  f"it continues), over this server's {state.store.max_row_bytes}", "input")
 
 
 @router.get("/{response_id}", responses={200: {
