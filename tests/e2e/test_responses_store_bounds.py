@@ -10,6 +10,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -134,3 +135,52 @@ async def test_no_shm_file_to_truncate_and_streams_finish(
         assert got["output"][0]["content"][0]["text"] == "before"
     bystander.check()
     assert server.proc.poll() is None
+
+
+@pytest.fixture(scope="module")
+def tight() -> Iterator[ServerProcess]:
+    """A store whose per-response cap a long answer passes (the input alone does not):
+    the store cannot write those answers, a real write failure to answer for."""
+    env = {"TOKENPIPE_RESPONSES_MAX_ROW_BYTES": "3000"}
+    with running(ServerProcess(("--engine", "fake"), env)) as s:
+        yield s
+
+
+async def health(http: httpx.AsyncClient, server: ServerProcess) -> dict[str, Any]:
+    r = await http.get(server.url + "/health")
+    assert r.status_code == 200
+    body: dict[str, Any] = r.json()
+    return body
+
+
+async def test_a_store_that_cannot_write_answers_in_each_shape(
+        http: httpx.AsyncClient, tight: ServerProcess) -> None:
+    long = {"model": "fake", "input": "[[tokens=800]]",
+            "max_output_tokens": 1000}
+    async with Bystander(tight.ws_url) as bystander:
+        whole = await post(http, tight, long)  # the door's error shape, whole
+        assert whole.status_code == 500, whole.text
+        error = whole.json()["error"]
+        assert "could not store response" in error["message"] and "3000" in error["message"]
+        assert set(error) == {"message", "type", "param", "code"}
+        status = await health(http, tight)  # degraded, with the reason; models still serve
+        assert status["status"] == "degraded" and "could not store" in status["store"]
+        streamed = await post(http, tight, {**long, "stream": True})  # an error, then the end
+        assert streamed.status_code == 200
+        kinds = [line[len("event: "):] for line in streamed.text.splitlines()
+                 if line.startswith("event: ")]
+        assert kinds[-2:] == ["error", "response.failed"], kinds[-4:]
+        background = await post(http, tight, {**long, "background": True})
+        rid = background.json()["id"]
+        deadline = time.monotonic() + 30
+        while (got := (await http.get(f"{tight.url}/v1/responses/{rid}")).json())[
+                "status"] in ("queued", "in_progress"):
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        assert got["status"] == "failed", got
+        assert "could not store" in got["error"]["message"]
+        ok = await post(http, tight, {"model": "fake", "input": "[[echo]] short"})
+        assert ok.status_code == 200  # a good write clears the store's failure
+        assert (await health(http, tight))["status"] == "ok"
+    bystander.check()
+    assert tight.proc.poll() is None

@@ -132,7 +132,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None,
         """200 while at least one model can serve (loaded and healthy, or loadable on
         demand), else 503 (HEAD: no body), also while the start's loads run. `states` says
         each model's: available, loading, loaded or failed; `errors` why each model that
-        cannot serve cannot; status `degraded` when some model cannot while another can."""
+        cannot serve cannot; status `degraded` when some model cannot while another can, or
+        the Responses store's last write failed (`store` says why)."""
         models = runtime.models
         body: dict[str, object] = {"status": "ok" if models.ready else "loading",
                                    "models": models.names, "states": models.states()}
@@ -144,6 +145,11 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None,
             body.update(status="degraded", error=error)
         elif error:
             body.update(status="error", error=error)
+        responses = getattr(app.state, "responses", None)  # set by its door's lifespan
+        if responses is not None and responses.store.failure:
+            body["store"] = responses.store.failure
+            if body["status"] == "ok":
+                body["status"] = "degraded"
         return JSONResponse(body, status_code=200 if models.ready else 503)
 
     @app.head("/metrics", include_in_schema=False)

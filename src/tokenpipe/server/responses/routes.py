@@ -158,7 +158,7 @@ async def get_response(response_id: str, request: Request) -> Response:
         stream = _flag(request, "stream")
         after = _int(request, "starting_after", -1)
         _no_include(request)
-        run = state.runs.get(response_id)
+        run = state.find(response_id)
         if run is not None and not run.deleted:
             if not stream:
                 return JSONResponse(run.snapshot())

@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ...errors import TokenpipeError
 from ...types import Message, ToolCall
 
 log = logging.getLogger("tokenpipe.responses")
@@ -90,6 +91,10 @@ def message_of(entry: list[Any]) -> Message:
     return Message(role, text, calls, extra.get("tool_call_id"))
 
 
+class StoreError(TokenpipeError):
+    """The store could not write a response (a 500 in the door's shape; /health says why)."""
+
+
 class StoreFull(ValueError):
     """A row over max_row_bytes: never stored."""
 
@@ -104,9 +109,17 @@ class ResponseStore:
         self.max_bytes = max_bytes
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="responses-db")
         self._db: sqlite3.Connection | None = None
+        self.failure: str | None = None  # the last write's failure; a good write clears it
 
     async def put(self, row: Stored) -> None:
-        await self._run(self._put, row)
+        """Stores `row`; StoreError (the reason kept in `failure`) where it cannot."""
+        try:
+            await self._run(self._put, row)
+        except (sqlite3.Error, OSError, StoreFull) as exc:
+            self.failure = f"could not store response {row.id}: {type(exc).__name__}: {exc}"
+            log.error("%s", self.failure)
+            raise StoreError(self.failure) from None
+        self.failure = None
 
     async def get(self, response_id: str) -> Stored | None:
         return await self._run(self._get, response_id)
