@@ -277,10 +277,10 @@ def _int(request: Request, name: str, default: int) -> int:
     raw = request.query_params.get(name)
     if raw is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise bad(f"{name} must be an integer", name) from None
+    # int() also takes " 5", "5_0" and other scripts' digits ("٥"): ASCII digits only
+    if not (raw.removeprefix("-").isascii() and raw.removeprefix("-").isdigit()):
+        raise bad(f"{name} must be an integer", name)
+    value = int(raw)
     if value < -1:
         raise bad(f"{name} must be -1 or more", name)
     return value
