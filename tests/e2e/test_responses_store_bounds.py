@@ -1,7 +1,8 @@
 """The Responses store under hostile input, on a real fake-engine server: stored strings no
 tokenizer bounds have length limits, a response too big to store is refused before it runs
 (the door's 400 naming the field), the store's total stays under its byte cap (the oldest
-go), and the database has no `-shm` mapping an outside process could truncate into SIGBUS.
+go), the database has no `-shm` mapping an outside process could truncate into SIGBUS,
+a store that cannot write answers in each shape, and background runs are capped per client.
 Each with a bystander stream beside it (tests/e2e/hostile.py)."""
 
 from __future__ import annotations
@@ -184,3 +185,33 @@ async def test_a_store_that_cannot_write_answers_in_each_shape(
         assert (await health(http, tight))["status"] == "ok"
     bystander.check()
     assert tight.proc.poll() is None
+
+
+@pytest.fixture(scope="module")
+def capped() -> Iterator[ServerProcess]:
+    env = {"TOKENPIPE_MAX_BACKGROUND_PER_CLIENT": "3"}
+    with running(ServerProcess(("--engine", "fake"), env)) as s:
+        yield s
+
+
+async def test_background_runs_are_capped_per_client(
+        http: httpx.AsyncClient, capped: ServerProcess) -> None:
+    slow = {"model": "fake", "input": "[[pace_ms=50]][[tokens=200]]", "background": True}
+    async with Bystander(capped.ws_url) as bystander:
+        ids = [(await post(http, capped, slow)).json()["id"] for _ in range(3)]
+        started = time.perf_counter()
+        refused = await post(http, capped, slow)
+        refuse_ms = (time.perf_counter() - started) * 1000
+        assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+        assert "3 background responses running" in refused.json()["error"]["message"]
+        # the client's other requests still run, and a cancelled run frees its place
+        assert (await post(http, capped, {"model": "fake", "input": "hi"})).status_code == 200
+        cancelled = await http.post(f"{capped.url}/v1/responses/{ids[0]}/cancel")
+        assert cancelled.json()["status"] == "cancelled"
+        again = await post(http, capped, slow)
+        assert again.status_code == 200, again.text
+        for rid in [*ids[1:], again.json()["id"]]:
+            await http.post(f"{capped.url}/v1/responses/{rid}/cancel")
+    bystander.check()
+    print(f"loaded machine: the 4th background run refused in {refuse_ms:.1f} ms, bystander "
+          f"worst gap {bystander.worst_stall_s * 1000:.0f} ms")

@@ -20,8 +20,8 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 
-from ...config import responses_db_path
-from ...errors import TokenpipeError
+from ...config import Settings, responses_db_path
+from ...errors import Overloaded, TokenpipeError
 from ...protocol.openai.errors import bad_body
 from ...protocol.openai.responses import ErrorResponse
 from ...protocol.openai.schema import error_responses, inline_schema
@@ -113,6 +113,9 @@ async def create_response(request: Request) -> Response:
         pending = Pending(input_items(body), [*conversation, *(turn(m) for m in body.turns())])
         if body.stored:
             _check_row(state, pending)
+        client = request.client.host if request.client else "unknown"
+        if body.background:
+            _check_background(state, runtime.settings, client)
         session = await runtime.models.start(generation, resumable=bool(body.background),
                                              api="responses")
     except ClientDisconnect:
@@ -124,7 +127,7 @@ async def create_response(request: Request) -> Response:
     shape = ResponseShape.new(body, session.model)
     ping_s = runtime.settings.sse_ping_interval_s or None
     if body.background:
-        run = Run(session, shape, bool(body.tools), pending, state.store)
+        run = Run(session, shape, bool(body.tools), pending, state.store, client)
         state.launch(run)
         if body.stream:
             return BackgroundResponse(run, state.streams, -1, ping_s)
@@ -144,6 +147,16 @@ def _check_row(state: ResponsesState, pending: Pending) -> None:
     if size > state.store.max_row_bytes:
         raise bad(f"this response would store {size} bytes (its input and the conversation "
                   f"it continues), over this server's {state.store.max_row_bytes}", "input")
+
+
+def _check_background(state: ResponsesState, settings: Settings, client: str) -> None:
+    """A 429 where this client address has its share of background responses running:
+    one client's slow runs must not fill the queue every other client needs."""
+    cap = max(1, min(settings.max_background_per_client, settings.max_queue // 4))
+    if state.running(client) >= cap:
+        raise Overloaded(f"this client has {cap} background responses running, this "
+                         f"server's limit per client: wait for one to end or cancel one",
+                         retry_after_ms=1000)
 
 
 @router.get("/{response_id}", responses={200: {

@@ -36,8 +36,9 @@ class Run:
     answer is output items (a request with tools), else one message's text."""
 
     def __init__(self, session: GenerationSession, shape: ResponseShape, items: bool,
-                 pending: Pending, store: ResponseStore) -> None:
+                 pending: Pending, store: ResponseStore, client: str = "unknown") -> None:
         self.session = session
+        self.client = client  # the address that started it (the per-client cap's key)
         self.shape = shape
         self.items = items
         self.pending = pending
@@ -126,6 +127,10 @@ class ResponsesState:
     runs: dict[str, Run] = field(default_factory=dict)
     # the last UNSTORED_KEPT runs the store could not write: GET still finds them (failed)
     unstored: OrderedDict[str, Run] = field(default_factory=OrderedDict)
+
+    def running(self, client: str) -> int:
+        """Background responses `client` has running now."""
+        return sum(1 for run in self.runs.values() if run.client == client)
 
     def find(self, response_id: str) -> Run | None:
         """A running background response, or one the store could not write."""
