@@ -93,6 +93,10 @@ class Settings:
     responses_db: str | None = None
     responses_max_age_s: float = 30 * 86400.0  # older stored responses are forgotten
     responses_max_count: int = 10_000  # beyond it the oldest are forgotten
+    responses_max_row_bytes: int = 8 * 2**20  # a response to store over it is a 400
+    responses_max_bytes: int = 2 * 2**30  # the rows in all; beyond it the oldest are forgotten
+    # background responses one client address may have running (also at most max_queue / 4)
+    max_background_per_client: int = 16
     api_key: str | None = field(default=None, repr=False)
     allowed_origins: tuple[str, ...] = ()
     # HTTP limits against hostile clients (docs/security.md)

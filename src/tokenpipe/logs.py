@@ -4,7 +4,8 @@ Generation log lines carry `request_id` (gen-...) so one answer can be followed 
 Credentials never reach a log line, whoever logs them: at debug level websockets prints
 every handshake header (`Authorization: Bearer ...`, the `tokenpipe.bearer.<key>`
 subprotocol), so a filter on the handler redacts credential headers, bearer tokens, the
-bearer subprotocol and the configured keys themselves, in messages, tracebacks and extras.
+bearer subprotocol, resumable stream tokens in paths and the configured keys themselves,
+in messages, tracebacks and extras.
 A traceback of a kind already logged within the minute is left out (ThrottleTracebacks).
 """
 
@@ -28,6 +29,9 @@ _PATTERNS = [
     re.compile(rf"(?i)(['\"](?:{_CREDENTIAL_HEADERS})['\"]\s*[,:]\s*b?)(['\"])[^'\"]*"),
     re.compile(r"(?i)\b(bearer)(\s+)[^\s'\",;]+"),
     re.compile(r"(tokenpipe\.bearer\.)()[A-Za-z0-9_\-=+/]*"),
+    # a resumable stream's token is its reader's only credential: uvicorn's access log
+    # prints the path it rides in (GET /v1/streams/TOKEN)
+    re.compile(r"(/streams/)()[A-Za-z0-9_\-]+"),
 ]
 
 

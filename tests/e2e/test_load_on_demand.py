@@ -17,6 +17,7 @@ import websockets
 
 from tests.conftest import ServerProcess, broken_model, running
 from tokenpipe.client import Client, ServerError
+from tokenpipe.server.model_slots import LOAD_RETRY_S
 
 pytestmark = [pytest.mark.e2e, pytest.mark.model]
 
@@ -113,8 +114,11 @@ async def test_a_model_that_cannot_load_fails_alone(server: Any) -> None:
         assert info.value.code == "engine_error" and "broken-model.gguf" in info.value.message
         assert (await good.collect()).strip()
     assert states(server)["bad"] == "failed"
-    health = (await asyncio.to_thread(httpx.get, server.url + "/health")).json()
-    assert health["status"] == "error" and "broken-model.gguf" in health["error"]
+    # /health: 200 while the others serve, degraded, and says which model cannot and why
+    r = await asyncio.to_thread(httpx.get, server.url + "/health")
+    health = r.json()
+    assert r.status_code == 200 and health["status"] == "degraded"
+    assert list(health["errors"]) == ["bad"] and "broken-model.gguf" in health["errors"]["bad"]
     # the OpenAI door: at once, in its own shape, while the failure is recent
     r = await asyncio.to_thread(httpx.post, server.url + "/v1/chat/completions",
                                 json={"model": "bad", "messages": USER}, timeout=30)
@@ -122,6 +126,40 @@ async def test_a_model_that_cannot_load_fails_alone(server: Any) -> None:
     r = await asyncio.to_thread(httpx.post, server.url + "/v1/chat/completions", timeout=60,
                                 json={"model": "small", "messages": USER, "max_tokens": 4})
     assert r.status_code == 200
+
+
+async def test_a_failed_load_never_costs_a_good_model(server: Any) -> None:
+    """--max-loaded-models 1: the load of bad unloads small to make room, fails, and small
+    loads again; bad's retry (after LOAD_RETRY_S) unloads nothing, it fails at once."""
+    async with Client(server.ws_url) as client:
+        await answer(client, "small")
+        await wait_states(server, {"small": "loaded", "twin": "available", "bad": "failed"})
+        retry_at = time.monotonic() + LOAD_RETRY_S  # then bad may be tried again
+        while time.monotonic() < retry_at:  # small stays used: its 3 s keep-alive never ends
+            await answer(client, "small", max_tokens=1)
+            await asyncio.sleep(0.5)
+        r = await asyncio.to_thread(httpx.post, server.url + "/v1/chat/completions",
+                                    json={"model": "bad", "messages": USER}, timeout=30)
+        assert r.status_code == 503
+        assert "would unload a loaded model" in r.json()["error"]["message"]
+        assert states(server)["small"] == "loaded"  # never left
+        loaded, text = await answer(client, "small")
+        assert not loaded and text.strip()
+
+
+def test_a_failed_load_gives_back_the_model_it_evicted() -> None:
+    with running(ServerProcess((
+            "--model", "small=smollm2", "--model", f"bad={broken_model()}",
+            "--load-on-demand", "--max-loaded-models", "1", "--ctx-size", "2048"))) as s:
+        r = httpx.post(s.url + "/v1/chat/completions", timeout=60,
+                       json={"model": "small", "messages": USER, "max_tokens": 4})
+        assert r.status_code == 200 and states(s)["small"] == "loaded"
+        r = httpx.post(s.url + "/v1/chat/completions", timeout=60,
+                       json={"model": "bad", "messages": USER, "max_tokens": 4})
+        assert r.status_code == 503 and "broken-model.gguf" in r.json()["error"]["message"]
+        asyncio.run(wait_states(s, {"small": "loaded", "bad": "failed"}))  # loaded again
+        assert "loading small again: the load of bad it made room for failed" in (
+            s.log_path.read_text())
 
 
 @pytest.fixture(scope="module")

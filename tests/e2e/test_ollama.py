@@ -130,8 +130,14 @@ async def test_async_client_streams(fake_server: ServerProcess) -> None:
     assert whole.response == "async"
 
 
-def test_load_call(fake_server: ServerProcess) -> None:
-    c = client(fake_server)
+@pytest.fixture(scope="module")
+def on_demand_server() -> Iterator[ServerProcess]:
+    with running(ServerProcess(("--engine", "fake", "--load-on-demand"))) as server:
+        yield server
+
+
+def test_load_call(on_demand_server: ServerProcess) -> None:
+    c = client(on_demand_server)
     for loaded in (c.generate(model="fake"), c.chat(model="fake", messages=[])):
         assert loaded.done and loaded.done_reason == "load"
     assert [m.model for m in c.ps().models] == ["fake:latest"]
@@ -142,6 +148,16 @@ def test_load_call(fake_server: ServerProcess) -> None:
     with pytest.raises(ollama.ResponseError) as info:
         c.generate(model="nope")
     assert info.value.status_code == 404
+
+
+def test_keep_alive_0_unloads_nothing_without_load_on_demand(fake_server: ServerProcess) -> None:
+    """Models stay loaded unless the server lets them come and go: no client forces the
+    reloads (each stalls the loop) that keep_alive 0 would."""
+    c = client(fake_server)
+    kept = c.generate(model="fake", keep_alive=0)
+    assert kept.done and kept.done_reason == "load"  # the truth: it is loaded
+    assert c.chat(model="fake", messages=USER, keep_alive=0).message.content == SCRIPT
+    assert [m.model for m in c.ps().models] == ["fake:latest"]
 
 
 # ---- models and probes ---------------------------------------------------------------------

@@ -229,6 +229,13 @@ def test_background_stream_dropped_and_resumed_loses_nothing(server: ServerProce
     with pytest.raises(openai.BadRequestError) as info:
         c.responses.retrieve(response_id, stream=True, starting_after=numbers[-1] + 1)
     assert info.value.body["param"] == "starting_after"  # type: ignore[index]
+    # ASCII digits only: int() would take a space, underscores and other scripts' digits
+    for odd in (" 5", "5 ", "1_0", "\u0665", "+5", "0x5"):
+        r = httpx.get(f"{server.url}/v1/responses/{response_id}",
+                      params={"stream": "true", "starting_after": odd})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "starting_after", odd
+    r = httpx.get(f"{server.url}/v1/responses/{response_id}?stream=true&starting_after=-1")
+    assert r.status_code == 200
 
 
 async def test_several_clients_follow_one_background_response(server: ServerProcess) -> None:

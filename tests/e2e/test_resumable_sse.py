@@ -69,7 +69,8 @@ def uninterrupted(http: httpx.Client, model: str) -> str:
 
 
 def test_a_dropped_chat_stream_resumed_equals_an_uninterrupted_run(
-        oai: openai.OpenAI, http: httpx.Client, model: str, uninterrupted: str) -> None:
+        oai: openai.OpenAI, http: httpx.Client, model: str, uninterrupted: str,
+        server: ServerProcess) -> None:
     kwargs: Any = {"model": model, "messages": MESSAGES, "stream": True, **SAMPLING}
     raw = oai.chat.completions.with_raw_response.create(**kwargs,
                                                         extra_body={"resumable": True})
@@ -93,6 +94,8 @@ def test_a_dropped_chat_stream_resumed_equals_an_uninterrupted_run(
     heads = {(c.id, c.created, c.model) for c in first}
     heads |= {(c.json["id"], c.json["created"], c.json["model"]) for c in rest[:-1]}
     assert heads == {(first[0].id, first[0].created, model)}
+    log = server.log_path.read_text()  # the token is a credential: the access log hides it
+    assert token not in log and '"GET /v1/streams/[redacted] HTTP/1.1" 200' in log
     assert rest[-2].json["choices"][0]["finish_reason"] in ("stop", "length")
 
 

@@ -59,3 +59,15 @@ def test_a_left_out_traceback_still_has_its_secrets_redacted() -> None:
     _fail(logger, ValueError("key sk-secret-key refused"))
     assert "sk-secret-key" not in out.getvalue()
     assert out.getvalue().count("[redacted]") == 2
+
+
+def test_a_resumable_stream_token_in_an_access_line_is_redacted() -> None:
+    logger, out = _logger(60.0)
+    logger.setLevel(logging.INFO)
+    token = "Zq3_vK-8" * 4
+    # uvicorn.access's own format and arguments
+    logger.info('%s - "%s %s HTTP/%s" %d', "127.0.0.1:5000", "GET",
+                f"/v1/streams/{token}?last_event_id=3", "1.1", 200)
+    line = out.getvalue()
+    assert token not in line
+    assert 'GET /v1/streams/[redacted]?last_event_id=3 HTTP/1.1" 200' in line

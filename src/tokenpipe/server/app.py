@@ -129,15 +129,27 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None,
     @app.head("/health", include_in_schema=False)
     @app.get("/health", tags=["health"])
     async def health() -> JSONResponse:
-        """200 when the models the start loads are loaded (or load on demand), none has
-        failed and every loaded engine is healthy, else 503 (HEAD: no body); `states`
-        says each model's: available, loading, loaded or failed."""
+        """200 while at least one model can serve (loaded and healthy, or loadable on
+        demand), else 503 (HEAD: no body), also while the start's loads run. `states` says
+        each model's: available, loading, loaded or failed; `errors` why each model that
+        cannot serve cannot; status `degraded` when some model cannot while another can, or
+        the Responses store's last write failed (`store` says why)."""
         models = runtime.models
         body: dict[str, object] = {"status": "ok" if models.ready else "loading",
                                    "models": models.names, "states": models.states()}
+        errors = models.errors()
+        if errors:
+            body["errors"] = errors
         error = models.load_error or models.failure
-        if error:
+        if models.degraded:
+            body.update(status="degraded", error=error)
+        elif error:
             body.update(status="error", error=error)
+        responses = getattr(app.state, "responses", None)  # set by its door's lifespan
+        if responses is not None and responses.store.failure:
+            body["store"] = responses.store.failure
+            if body["status"] == "ok":
+                body["status"] = "degraded"
         return JSONResponse(body, status_code=200 if models.ready else 503)
 
     @app.head("/metrics", include_in_schema=False)
@@ -201,6 +213,7 @@ async def _load(runtime: Runtime, engine: Engine | None) -> None:
         log.error("bad model configuration: %s", models.load_error)
         return
     models.max_loaded = settings.max_loaded_models
+    models.clients_unload = settings.load_on_demand
     if settings.load_on_demand:
         log.info("models load on demand: %s", ", ".join(models.names))
         return

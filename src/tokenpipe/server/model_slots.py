@@ -50,6 +50,7 @@ class ModelSlot:
     info: EngineInfo | None = None  # the engine's info: before a load, as configured
     # told when its last request ends, or its memory is freed (unloaded, a load failed)
     on_idle: Callable[[ModelSlot], None] | None = None
+    on_loaded: Callable[[ModelSlot, bool], None] | None = None  # a load ended: ok or not
     _loading: asyncio.Task[Scheduler] | None = None
     _unloading: asyncio.Task[None] | None = None
     _failed_at: float = 0.0
@@ -139,6 +140,8 @@ class ModelSlot:
             self._admitted = self.scheduler is not None
             if not self._admitted:
                 self._room_freed()  # a failed load holds no memory: a waiting load may go
+            if self.on_loaded is not None:
+                self.on_loaded(self, self._admitted)
 
     @property
     def in_memory(self) -> bool:

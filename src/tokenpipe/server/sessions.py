@@ -38,14 +38,21 @@ class ModelRegistry:
     load_error: str | None = None  # the configuration could not be read into models
     max_loaded: int = 0
     preloading: bool = False  # the start's loads are running
+    # models come and go (--load-on-demand): only then may a client's keep-alive unload one
+    clients_unload: bool = False
     # the metrics' `api` labels a start may carry: the doors' (create_app sets its table's)
     apis: frozenset[str] = field(default_factory=lambda: api_labels(DOORS))
     _room: asyncio.Event = field(default_factory=asyncio.Event)  # a loaded model went idle
+    # the models a load in progress unloaded to make room: loaded again if that load fails
+    _evicted: dict[str, list[ModelSlot]] = field(default_factory=dict)
+    _restores: set[asyncio.Task[None]] = field(default_factory=set)
+    _closing = False
     # requests waiting for their model's load, by the task that starts them
     _starts: dict[asyncio.Task[None], GenerationSession] = field(default_factory=dict)
 
     def add(self, slot: ModelSlot) -> None:
         slot.on_idle = self._went_idle
+        slot.on_loaded = self._load_ended
         self.slots[slot.name] = slot
 
     def add_loaded(self, name: str, scheduler: Scheduler) -> None:
@@ -175,11 +182,31 @@ class ModelRegistry:
 
     @property
     def ready(self) -> bool:
-        """The start's loads are done, none failed, and every loaded engine is healthy."""
+        """The start's loads are done and at least one model can serve: loaded with a
+        healthy engine, or not failed (it loads on demand)."""
         return (self.load_error is None and bool(self.slots) and not self.preloading
-                and not any(s.state is ModelState.FAILED for s in self.slots.values())
-                and all(s.scheduler.engine.healthy() for s in self.loaded
-                        if s.scheduler is not None))
+                and any(self._can_serve(s) for s in self.slots.values()))
+
+    @property
+    def degraded(self) -> bool:
+        """Some model cannot serve (its load failed, or its engine is down) while another
+        can: /health stays 200 and says which."""
+        return self.ready and not all(self._can_serve(s) for s in self.slots.values())
+
+    @staticmethod
+    def _can_serve(slot: ModelSlot) -> bool:
+        if slot.state is ModelState.FAILED:
+            return False
+        return slot.scheduler is None or slot.scheduler.engine.healthy()
+
+    def errors(self) -> dict[str, str]:
+        """Each model that cannot serve now, and why."""
+        out = {s.name: f"could not load {s.error}" for s in self.slots.values()
+               if s.state is ModelState.FAILED}
+        out.update({s.name: str(s.scheduler.engine.failure or "engine unhealthy")
+                    for s in self.loaded if s.scheduler is not None
+                    and not s.scheduler.engine.healthy()})
+        return out
 
     @property
     def failure(self) -> str | None:
@@ -242,7 +269,11 @@ class ModelRegistry:
                 return
             idle = sorted((s for s in held if s.state is ModelState.LOADED and not s.busy),
                           key=lambda s: s.last_used)
+            if idle and loading.error is not None:  # its retry may fail again: no eviction
+                raise EngineUnavailable(f"could not load {loading.error} (not retried while "
+                                        "that would unload a loaded model)")
             if idle:
+                self._evicted.setdefault(loading.name, []).append(idle[0])
                 log.info("unloading %s to load %s (--max-loaded-models %d)", idle[0].name,
                          loading.name, self.max_loaded)
                 await idle[0].unload()
@@ -253,11 +284,32 @@ class ModelRegistry:
     def _went_idle(self, slot: ModelSlot) -> None:
         self._room.set()
 
+    def _load_ended(self, slot: ModelSlot, ok: bool) -> None:
+        """A failed load gives back what it evicted: those models load again."""
+        for evicted in self._evicted.pop(slot.name, []):
+            if not ok and not self._closing and evicted.state is ModelState.AVAILABLE:
+                log.info("loading %s again: the load of %s it made room for failed",
+                         evicted.name, slot.name)
+                task = asyncio.create_task(self._restore(evicted), name=f"restore {evicted.name}")
+                self._restores.add(task)
+                task.add_done_callback(self._restores.discard)
+
+    async def _restore(self, slot: ModelSlot) -> None:
+        slot.pending += 1
+        try:
+            with contextlib.suppress(EngineUnavailable):
+                await slot.ensure(lambda: self._make_room(slot))
+        finally:
+            slot.done_waiting()
+
     async def aclose(self, grace_s: float) -> None:
         """Every model refuses new work; running generations get `grace_s` to end."""
+        self._closing = True
         for task, session in list(self._starts.items()):
             session.fail(ShuttingDown("the server shut down before this answer began"))
             task.cancel()
+        for restore in list(self._restores):
+            restore.cancel()
         await asyncio.gather(*(s.aclose(grace_s) for s in self.slots.values()))
 
     async def free(self) -> None:

@@ -125,7 +125,7 @@ class InputMessage(_Body):
                        BeforeValidator(_content), WithJsonSchema(_CONTENT_SCHEMA)] = Field(
         description="Text, or a list of input_text / output_text parts (joined with "
                     "newlines).")
-    id: str | None = Field(default=None, description="Kept as the item's id.")
+    id: str | None = Field(default=None, max_length=256, description="Kept as the item's id.")
     status: Literal["in_progress", "completed", "incomplete"] | None = None
     phase: Literal["commentary", "final_answer"] | None = None
 
@@ -259,7 +259,7 @@ class ResponsesRequest(_Body):
                                     "request (needs store); poll or stream it by id.")
     metadata: dict[str, Annotated[str, Field(max_length=512)]] | None = Field(
         default=None, max_length=16, description="Kept and echoed.")
-    user: str | None = Field(default=None, description="Echoed.")
+    user: str | None = Field(default=None, max_length=256, description="Echoed.")
     truncation: Literal["disabled"] | None = Field(default=None, description='Only '
                                                    '"disabled": a prompt that does not fit is '
                                                    "a 400.")

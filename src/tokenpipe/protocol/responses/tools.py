@@ -95,7 +95,7 @@ class FunctionCallItem(_Body):
     call_id: str = Field(min_length=1, max_length=256)
     name: ToolName
     arguments: str = Field(description="The arguments as JSON text.")
-    id: str | None = Field(default=None, description="Kept as the item's id.")
+    id: str | None = Field(default=None, max_length=256, description="Kept as the item's id.")
     status: Literal["in_progress", "completed", "incomplete"] | None = None
 
     def call(self) -> ToolCall:
@@ -123,7 +123,7 @@ class FunctionCallOutputItem(_Body):
     type: Literal["function_call_output"]
     call_id: str = Field(min_length=1, max_length=256)
     output: Annotated[list[OutputText], BeforeValidator(_output)]
-    id: str | None = Field(default=None, description="Kept as the item's id.")
+    id: str | None = Field(default=None, max_length=256, description="Kept as the item's id.")
     status: Literal["in_progress", "completed", "incomplete"] | None = None
 
     @property

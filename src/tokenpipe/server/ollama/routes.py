@@ -71,10 +71,12 @@ async def _generation(request: Request, model: type[ChatRequest | GenerateReques
     answer = Answer(body.model, chat=chat)
     try:
         served = _served(models, body.model)
-        # how long it stays loaded after this request (None: the configured keep-alive)
-        models.slot(served).keep_alive_once = body.keep_alive_s
+        # how long it stays loaded after this request (None: the configured keep-alive);
+        # only where models come and go (--load-on-demand): else no client unloads one
+        if models.clients_unload:
+            models.slot(served).keep_alive_once = body.keep_alive_s
         if body.loads_only:  # Ollama's "load the model" (keep_alive 0: "unload it")
-            if body.keep_alive_s == 0:
+            if body.keep_alive_s == 0 and models.clients_unload:
                 await models.unload(served)
                 return JSONResponse(answer.unloaded(), media_type=JSON_TYPE)
             await models.load(served)

@@ -20,8 +20,8 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 
-from ...config import responses_db_path
-from ...errors import TokenpipeError
+from ...config import Settings, responses_db_path
+from ...errors import Overloaded, TokenpipeError
 from ...protocol.openai.errors import bad_body
 from ...protocol.openai.responses import ErrorResponse
 from ...protocol.openai.schema import error_responses, inline_schema
@@ -38,7 +38,7 @@ from .session_response import (
     SessionResponse,
     error_response,
 )
-from .store import Pending, ResponseStore, message_of, turn
+from .store import Pending, ResponseStore, message_of, row_bytes, turn
 
 CANCEL_WAIT_S = 10.0  # cancel: how long to wait for the cancelled response to be stored
 
@@ -49,7 +49,9 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings = runtime.settings
     state = ResponsesState(ResponseStore(responses_db_path(settings),
                                          max_age_s=settings.responses_max_age_s,
-                                         max_count=settings.responses_max_count),
+                                         max_count=settings.responses_max_count,
+                                         max_row_bytes=settings.responses_max_row_bytes,
+                                         max_bytes=settings.responses_max_bytes),
                            runtime.resumable)
     app.state.responses = state
     try:
@@ -108,6 +110,12 @@ async def create_response(request: Request) -> Response:
         if unanswered is not None:
             raise bad(f"No tool call found for function call output with call_id "
                       f"{unanswered}.", "input")
+        pending = Pending(input_items(body), [*conversation, *(turn(m) for m in body.turns())])
+        if body.stored:
+            _check_row(state, pending)
+        client = request.client.host if request.client else "unknown"
+        if body.background:
+            _check_background(state, runtime.settings, client)
         session = await runtime.models.start(generation, resumable=bool(body.background),
                                              api="responses")
     except ClientDisconnect:
@@ -117,11 +125,9 @@ async def create_response(request: Request) -> Response:
     except TokenpipeError as exc:
         return error_response(exc)
     shape = ResponseShape.new(body, session.model)
-    pending = Pending(input_items(body),
-                      [*conversation, *(turn(m) for m in body.turns())])
     ping_s = runtime.settings.sse_ping_interval_s or None
     if body.background:
-        run = Run(session, shape, bool(body.tools), pending, state.store)
+        run = Run(session, shape, bool(body.tools), pending, state.store, client)
         state.launch(run)
         if body.stream:
             return BackgroundResponse(run, state.streams, -1, ping_s)
@@ -132,6 +138,25 @@ async def create_response(request: Request) -> Response:
 
     return SessionResponse(session, answer_of(shape, bool(body.tools)), stream=bool(body.stream),
                            keep=keep if body.stored else None, ping_s=ping_s or 0)
+
+
+def _check_row(state: ResponsesState, pending: Pending) -> None:
+    """A 400 before anything runs where what the response would store (its input, the
+    conversation it continues) is over the store's per-response cap."""
+    size = row_bytes(pending.input_items, pending.conversation)
+    if size > state.store.max_row_bytes:
+        raise bad(f"this response would store {size} bytes (its input and the conversation "
+                  f"it continues), over this server's {state.store.max_row_bytes}", "input")
+
+
+def _check_background(state: ResponsesState, settings: Settings, client: str) -> None:
+    """A 429 where this client address has its share of background responses running:
+    one client's slow runs must not fill the queue every other client needs."""
+    cap = max(1, min(settings.max_background_per_client, settings.max_queue // 4))
+    if state.running(client) >= cap:
+        raise Overloaded(f"this client has {cap} background responses running, this "
+                         f"server's limit per client: wait for one to end or cancel one",
+                         retry_after_ms=1000)
 
 
 @router.get("/{response_id}", responses={200: {
@@ -146,7 +171,7 @@ async def get_response(response_id: str, request: Request) -> Response:
         stream = _flag(request, "stream")
         after = _int(request, "starting_after", -1)
         _no_include(request)
-        run = state.runs.get(response_id)
+        run = state.find(response_id)
         if run is not None and not run.deleted:
             if not stream:
                 return JSONResponse(run.snapshot())
@@ -265,10 +290,10 @@ def _int(request: Request, name: str, default: int) -> int:
     raw = request.query_params.get(name)
     if raw is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise bad(f"{name} must be an integer", name) from None
+    # int() also takes " 5", "5_0" and other scripts' digits ("٥"): ASCII digits only
+    if not (raw.removeprefix("-").isascii() and raw.removeprefix("-").isdigit()):
+        raise bad(f"{name} must be an integer", name)
+    value = int(raw)
     if value < -1:
         raise bad(f"{name} must be -1 or more", name)
     return value

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,10 +24,11 @@ from ...protocol.responses.events import failure_event
 from ...protocol.responses.objects import ResponseShape
 from ...session import Delta, Failed, GenerationSession, State
 from ..resumable import Held, ResumeStore
-from .store import Pending, ResponseStore
+from .store import Pending, ResponseStore, StoreError
 
 log = logging.getLogger("tokenpipe.responses")
 CLOSE_WAIT_S = 5.0  # shutdown: how long the last background responses get to be stored
+UNSTORED_KEPT = 256  # background responses the store could not write, kept in memory
 
 
 class Run:
@@ -34,14 +36,16 @@ class Run:
     answer is output items (a request with tools), else one message's text."""
 
     def __init__(self, session: GenerationSession, shape: ResponseShape, items: bool,
-                 pending: Pending, store: ResponseStore) -> None:
+                 pending: Pending, store: ResponseStore, client: str = "unknown") -> None:
         self.session = session
+        self.client = client  # the address that started it (the per-client cap's key)
         self.shape = shape
         self.items = items
         self.pending = pending
         self.final: dict[str, Any] | None = None  # the response as it ended
         self.error: dict[str, Any] | None = None  # the failure's error event
         self.deleted = False
+        self.unstored = False  # it ended, but the store could not write it
         self._kept: dict[str, Any] | None = None  # its stream as the store keeps it
         self._text = ""  # its message text, for the stored conversation
         self._store = store
@@ -103,6 +107,12 @@ class Run:
         if not self.deleted:
             try:
                 await self._store.put(self.pending.stored(final, self._text, self._kept))
+            except StoreError as exc:  # kept readable (ResponsesState.unstored), as failed
+                end = self.session.final
+                assert end is not None
+                self.error = failure_event(exc)
+                self.final = self._so_far()[0].final(Failed(exc, end.usage))
+                self.unstored = True
             except Exception:
                 log.exception("could not store background response %s", self.shape.id)
 
@@ -115,6 +125,16 @@ class ResponsesState:
     store: ResponseStore
     streams: ResumeStore
     runs: dict[str, Run] = field(default_factory=dict)
+    # the last UNSTORED_KEPT runs the store could not write: GET still finds them (failed)
+    unstored: OrderedDict[str, Run] = field(default_factory=OrderedDict)
+
+    def running(self, client: str) -> int:
+        """Background responses `client` has running now."""
+        return sum(1 for run in self.runs.values() if run.client == client)
+
+    def find(self, response_id: str) -> Run | None:
+        """A running background response, or one the store could not write."""
+        return self.runs.get(response_id) or self.unstored.get(response_id)
 
     def launch(self, run: Run) -> None:
         self.streams.keep(Held(run.session, run.shape.id))
@@ -126,6 +146,10 @@ class ResponsesState:
             await run.watch()
         finally:
             self.runs.pop(run.shape.id, None)
+            if run.unstored and not run.deleted:
+                self.unstored[run.shape.id] = run
+                while len(self.unstored) > UNSTORED_KEPT:
+                    self.unstored.popitem(last=False)
             self.streams.orphan(run.session)  # its followers read on; forgotten after grace
 
     async def settle(self, run: Run, wait_s: float) -> None:

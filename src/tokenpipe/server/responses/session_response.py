@@ -27,6 +27,7 @@ from ...session import Delta, Event, Failed, Finished, GenerationSession
 from ..door_response import DoorResponse, Reading, retry_headers, stream_headers
 from ..resumable import ResumeStore
 from .runs import Run
+from .store import StoreError
 
 SSE_HEADERS = stream_headers(b"text/event-stream; charset=utf-8")
 Keep = Callable[[dict[str, Any], str], Awaitable[None]]  # stores (final response, text)
@@ -52,11 +53,17 @@ class SessionResponse(DoorResponse):
         self.keep = keep
         self._delta = answer.feed  # type: ignore[method-assign,assignment]  # hot path: no hop
 
-    async def _end_of(self, end: Finished | Failed) -> dict[str, Any]:
+    async def _end_of(self, end: Finished | Failed) -> tuple[dict[str, Any], Finished | Failed]:
+        """The response as it ended, stored first; a store that cannot write turns the
+        end into that failure (the answer is not kept, so it is not `completed`)."""
         final = self.answer.final(end)
         if self.keep is not None and isinstance(end, Finished):
-            await self.keep(final, self.answer.text())
-        return final
+            try:
+                await self.keep(final, self.answer.text())
+            except StoreError as exc:
+                end = Failed(exc, end.usage)
+                final = self.answer.final(end)
+        return final, end
 
     def error_response(self, exc: TokenpipeError) -> Response:
         return error_response(exc)
@@ -64,13 +71,16 @@ class SessionResponse(DoorResponse):
     async def _answer(self, deltas: list[Delta], end: Finished) -> Response:
         for delta in deltas:
             self.answer.add(delta)
-        return JSONResponse(await self._end_of(end))
+        final, ended = await self._end_of(end)
+        if isinstance(ended, Failed):
+            return error_response(ended.error)
+        return JSONResponse(final)
 
     def _opening(self, event: Event) -> bytes:
         return self.answer.opening()
 
     async def _closing(self, end: Finished | Failed) -> bytes:
-        final = await self._end_of(end)
+        final, end = await self._end_of(end)
         error = failure_event(end.error) if isinstance(end, Failed) else None
         return self.answer.closing(final, error)
 

@@ -3,8 +3,13 @@
 One worker thread owns the connection and runs every statement (nothing touches the disk
 on the event loop; one writer, so no locking between threads). The file is opened on first
 use: a server that never stores anything creates nothing. Bounded: rows older than
-`max_age_s` are forgotten (and never served), and beyond `max_count` the oldest go, both
-checked as each row is written."""
+`max_age_s` are forgotten (and never served), and beyond `max_count` rows or `max_bytes`
+bytes the oldest go, checked as each row is written; a row over `max_row_bytes` is refused
+(the door checks the request's part before it runs: `row_bytes`).
+
+The connection holds the file in EXCLUSIVE locking mode: WAL then keeps its index in heap
+memory, not in a mapped `-shm` file, so another process truncating that file cannot turn
+a read into SIGBUS (other processes cannot open the file while the server runs)."""
 
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ...errors import TokenpipeError
 from ...types import Message, ToolCall
 
 log = logging.getLogger("tokenpipe.responses")
@@ -30,7 +36,8 @@ CREATE TABLE IF NOT EXISTS responses (
     response TEXT NOT NULL,      -- the response object, as GET answers it
     input_items TEXT NOT NULL,   -- this request's input items, as input_items lists them
     conversation TEXT NOT NULL,  -- [[role, text], ...]: what previous_response_id continues
-    stream TEXT                  -- background only: {"message_id", "deltas"} to replay
+    stream TEXT,                 -- background only: {"message_id", "deltas"} to replay
+    bytes INTEGER NOT NULL DEFAULT 0  -- the row's text, UTF-8: what max_bytes counts
 );
 CREATE INDEX IF NOT EXISTS responses_by_age ON responses (created_at);
 """
@@ -84,16 +91,35 @@ def message_of(entry: list[Any]) -> Message:
     return Message(role, text, calls, extra.get("tool_call_id"))
 
 
+class StoreError(TokenpipeError):
+    """The store could not write a response (a 500 in the door's shape; /health says why)."""
+
+
+class StoreFull(ValueError):
+    """A row over max_row_bytes: never stored."""
+
+
 class ResponseStore:
-    def __init__(self, path: str, *, max_age_s: float, max_count: int) -> None:
+    def __init__(self, path: str, *, max_age_s: float, max_count: int,
+                 max_row_bytes: int = 8 * 2**20, max_bytes: int = 2 * 2**30) -> None:
         self.path = path
         self.max_age_s = max_age_s
         self.max_count = max_count
+        self.max_row_bytes = max_row_bytes
+        self.max_bytes = max_bytes
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="responses-db")
         self._db: sqlite3.Connection | None = None
+        self.failure: str | None = None  # the last write's failure; a good write clears it
 
     async def put(self, row: Stored) -> None:
-        await self._run(self._put, row)
+        """Stores `row`; StoreError (the reason kept in `failure`) where it cannot."""
+        try:
+            await self._run(self._put, row)
+        except (sqlite3.Error, OSError, StoreFull) as exc:
+            self.failure = f"could not store response {row.id}: {type(exc).__name__}: {exc}"
+            log.error("%s", self.failure)
+            raise StoreError(self.failure) from None
+        self.failure = None
 
     async def get(self, response_id: str) -> Stored | None:
         return await self._run(self._get, response_id)
@@ -114,23 +140,37 @@ class ResponseStore:
             if self.path != ":memory:":
                 os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
             db = sqlite3.connect(self.path, timeout=10.0)
-            db.execute("PRAGMA journal_mode=WAL")  # readers never wait for the writer
+            # before WAL: its index in heap memory, no -shm mapping (see the module's doc)
+            db.execute("PRAGMA locking_mode=EXCLUSIVE")
+            db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")  # WAL: a crash loses no committed row
             db.executescript(_SCHEMA)
+            columns = {c[1] for c in db.execute("PRAGMA table_info(responses)")}
+            if "bytes" not in columns:  # a file from before the byte cap: its rows count 0
+                db.execute("ALTER TABLE responses ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0")
             self._db = db
             log.info("stored responses: %s", self.path)
         return self._db
 
     def _put(self, row: Stored) -> None:
+        texts = (_dump(row.response), _dump(row.input_items), _dump(row.conversation),
+                 None if row.stream is None else _dump(row.stream))
+        size = sum(len(t.encode()) for t in texts if t is not None)
+        if size > self.max_row_bytes:
+            raise StoreFull(f"response {row.id} is {size} bytes, over the store's "
+                            f"{self.max_row_bytes} per response")
         db = self._conn()
         with db:
-            db.execute(
-                "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?)",
-                (row.id, row.created_at, _dump(row.response), _dump(row.input_items),
-                 _dump(row.conversation), None if row.stream is None else _dump(row.stream)))
+            db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       (row.id, row.created_at, *texts, size))
             db.execute("DELETE FROM responses WHERE created_at < ?", (self._oldest(),))
             db.execute("DELETE FROM responses WHERE id IN (SELECT id FROM responses ORDER BY "
-                       "created_at DESC LIMIT -1 OFFSET ?)", (self.max_count,))
+                       "created_at DESC, rowid DESC LIMIT -1 OFFSET ?)", (self.max_count,))
+            # the newest rows whose running total fits max_bytes stay; the older ones go
+            # (created_at is in whole seconds: rowid orders the rows of one second)
+            db.execute("DELETE FROM responses WHERE id IN (SELECT id FROM (SELECT id, "
+                       "SUM(bytes) OVER (ORDER BY created_at DESC, rowid DESC) AS total FROM "
+                       "responses) WHERE total > ?)", (self.max_bytes,))
 
     def _get(self, response_id: str) -> Stored | None:
         found = self._conn().execute(
@@ -156,6 +196,11 @@ class ResponseStore:
 
     def _oldest(self) -> float:
         return time.time() - self.max_age_s
+
+
+def row_bytes(*parts: Any) -> int:
+    """What these parts of a row take in the store (UTF-8 JSON)."""
+    return sum(len(_dump(p).encode()) for p in parts)
 
 
 def _dump(value: Any) -> str:
