@@ -40,6 +40,8 @@ from ..base import (
     Engine,
     EngineInfo,
     EngineOptions,
+    EmbedInput,
+    Embedded,
     PreparedRequest,
     bundled_model_path,
     drain,
@@ -47,6 +49,7 @@ from ..base import (
     opens_thinking,
 )
 from . import decode_steps, exact, threadpool
+from .embed import EMBED_WINDOW, Embedder, EmbedWorker
 from .progress import progress
 from .sampler import make_sampler
 from .slots import Seq, Slots
@@ -86,7 +89,8 @@ class LlamaCppEngine(Engine):
                                                       DEFAULT_CONTEXT)  # until load
         self._layout = layout(options.kv_cache, cells, self.parallel)
         self.info = EngineInfo("llamacpp", model_id,
-                               per_sequence(options.kv_cache, cells, self.parallel), self.parallel)
+                               per_sequence(options.kv_cache, cells, self.parallel), self.parallel,
+                               embeds=True)
         self._inbox: queue.SimpleQueue[Seq] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._stop = False
@@ -97,6 +101,7 @@ class LlamaCppEngine(Engine):
         self._tiers: list[Tier] = []
         self._pool: threadpool.Threadpool | None = None
         self._slot_sets = [Slots(self.parallel) for _ in self._layout]  # a Slots a tier
+        self._embeds: EmbedWorker | None = None  # after load
 
     logprobs = True  # the log-softmax of the row each token is sampled from
 
@@ -134,6 +139,10 @@ class LlamaCppEngine(Engine):
         self._guides = build_in_background(
             lambda: Guides.for_llamacpp(vocab.handle, vocab.n_tokens), "llamacpp-guides")
         self._new_context()
+        self._embeds = EmbedWorker(Embedder(
+            self._model, self._vocab.n_tokens, self._threads,
+            min(EMBED_WINDOW, lc.llama_model_n_ctx_train(self._model))),
+            lambda text: self._vocab.tokenize(text, add_special=True))  # as llama-server
         log.info("loaded %s: context %d (%s), %d sequences, %d threads", path.name,
                  sum(cells for _, cells in self._layout),
                  " + ".join(t.label for t in self._tiers),
@@ -152,7 +161,8 @@ class LlamaCppEngine(Engine):
                 self._pool.attach(tier.context.ctx)
         self._batch_cap = min(t.context.batch_cap for t in self._tiers)
         self.info = EngineInfo("llamacpp", self.info.model_id,
-                               max(t.context.context_tokens for t in self._tiers), self.parallel)
+                               max(t.context.context_tokens for t in self._tiers), self.parallel,
+                               embeds=True)
         verdicts = [exact.check(self.determinism, t.context, self._vocab.n_tokens,
                                 self.parallel) for t in self._tiers]
         self.rows_exact = None if verdicts[0] is None else all(verdicts)
@@ -221,11 +231,24 @@ class LlamaCppEngine(Engine):
         """Prompt tokens copied from another running sequence (since load)."""
         return sum(s.shared_tokens for s in self._slot_sets)
 
+    async def embed(self, inputs: Sequence[EmbedInput], *, truncate: bool = False,
+                    ) -> Embedded:
+        if self._embeds is None or not self.healthy():
+            raise EngineUnavailable(self._failure or "the llama.cpp engine is not running")
+        return await self._embeds.embed(inputs, truncate)
+
+    @property
+    def embedding_size(self) -> int | None:
+        return None if self._embeds is None else self._embeds.embedder.size
+
     async def aclose(self) -> None:
         self._stop = True
         self._wake.set()
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join, 10)
+        if self._embeds is not None:
+            await self._embeds.aclose()
+            self._embeds = None
         self._free_context()
 
     def _free_context(self) -> None:
