@@ -24,7 +24,7 @@ from typing import Any
 import llama_cpp as lc
 
 from ...errors import BadRequest, ContextOverflow, EngineError
-from ..base import EmbedInput, Embedded
+from ..base import Embedded, EmbedInput
 
 log = logging.getLogger("tokenpipe.llamacpp")
 

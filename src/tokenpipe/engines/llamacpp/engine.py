@@ -37,11 +37,11 @@ from ...types import (
 )
 from ..base import (
     DEFAULT_CONTEXT,
+    Embedded,
+    EmbedInput,
     Engine,
     EngineInfo,
     EngineOptions,
-    EmbedInput,
-    Embedded,
     PreparedRequest,
     bundled_model_path,
     drain,
