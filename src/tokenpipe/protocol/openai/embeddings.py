@@ -7,15 +7,64 @@ from __future__ import annotations
 import base64
 import struct
 from collections.abc import Sequence
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic_core import PydanticCustomError
 
 from ...engines.base import Embedded, EmbedInput
 
 MAX_INPUTS = 2048  # OpenAI's limit of inputs in one request
 
-Ids = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+_KINDS = ("a non-empty string, a list of them, a list of token ids (integers from 0), or a "
+          "list of such lists")
+
+
+def _refused(why: str) -> PydanticCustomError:
+    return PydanticCustomError("invalid_input", why)
+
+
+def _input(value: Any) -> Any:
+    """OpenAI's four kinds of input, each refused with what is wrong (the param is `input`,
+    never a branch of a union)."""
+    if isinstance(value, str):
+        if not value:
+            raise _refused("the text is empty; send " + _KINDS)
+        return value
+    if not isinstance(value, list) or not value:
+        raise _refused("send " + _KINDS)
+    if len(value) > MAX_INPUTS:
+        raise _refused(f"{len(value)} inputs; at most {MAX_INPUTS} in one request")
+    if all(isinstance(x, str) for x in value):
+        if not all(value):
+            raise _refused(f"input[{value.index('')}] is empty")
+        return value
+    if _ids(value):
+        return value
+    if all(isinstance(x, list) for x in value):
+        bad = next((i for i, x in enumerate(value) if not (x and _ids(x))), None)
+        if bad is None:
+            return value
+        raise _refused(f"input[{bad}] is not a non-empty list of token ids (integers from 0)")
+    raise _refused("the list mixes kinds; send " + _KINDS)
+
+
+def _ids(value: list[Any]) -> bool:
+    return all(type(x) is int and x >= 0 for x in value)
+
+
+def _is_ids(value: list[Any]) -> bool:
+    return bool(value) and all(type(x) is int for x in value)
+
+
+InputField = Annotated[Any, BeforeValidator(_input), WithJsonSchema({
+    "anyOf": [{"type": "string", "minLength": 1},
+              {"type": "array", "items": {"type": "string", "minLength": 1},
+               "minItems": 1, "maxItems": MAX_INPUTS},
+              {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1},
+              {"type": "array", "items": {"type": "array", "items": {
+                  "type": "integer", "minimum": 0}, "minItems": 1},
+               "minItems": 1, "maxItems": MAX_INPUTS}]})]
 
 
 class EmbeddingRequest(BaseModel):
@@ -24,12 +73,8 @@ class EmbeddingRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    input: (Annotated[str, Field(min_length=1)]
-            | Annotated[list[Annotated[str, Field(min_length=1)]],
-                        Field(min_length=1, max_length=MAX_INPUTS)]
-            | Ids
-            | Annotated[list[Ids], Field(min_length=1, max_length=MAX_INPUTS)]) = Field(
-        description="A text, a list of texts, token ids, or a list of token-id lists.")
+    input: InputField = Field(description="A text, a list of texts, token ids, or a list "
+                              "of token-id lists.")
     model: str | None = Field(default=None, description="The served model (default: the "
                               "first); it must be one that embeds (/v1/models says which).")
     encoding_format: Literal["float", "base64"] = "float"
@@ -41,9 +86,9 @@ class EmbeddingRequest(BaseModel):
         """The inputs as the engine takes them: texts, or token-id lists."""
         if isinstance(self.input, str):
             return [self.input]
-        if self.input and isinstance(self.input[0], int):
+        if _is_ids(self.input):
             return [list(self.input)]
-        return list(self.input)  # type: ignore[arg-type]
+        return list(self.input)
 
 
 class EmbeddingItem(BaseModel):
