@@ -56,6 +56,7 @@ class EngineInfo:
     context_tokens: int  # per sequence: prompt plus max_tokens must fit
     max_batch: int  # sequences the engine advances together
     embeds: bool = False  # serves embed() (the listings' "embedding" capability)
+    generates: bool = True  # generates text (an embedding-only model does not)
 
 
 class Engine(abc.ABC):

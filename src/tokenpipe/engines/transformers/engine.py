@@ -70,6 +70,7 @@ try:
     from .batch import KVBatch, mergeable, plan_prefill, prefill_inputs
     from .loading import end_tokens, load, model_name
     from .sampling import Sampler
+    from .sentence import SentenceEngine, is_sentence_folder
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise MissingDependency(
         f"the transformers engine needs {exc.name or 'torch and transformers'}: "
@@ -126,7 +127,10 @@ class TransformersEngine(Engine):
     logprobs = True  # the log-softmax of the row each token is sampled from
 
     @classmethod
-    def from_options(cls, options: EngineOptions) -> TransformersEngine:
+    def from_options(cls, options: EngineOptions) -> Engine:
+        """This engine, or for a sentence-transformers folder the one that embeds it."""
+        if is_sentence_folder(options.model):
+            return SentenceEngine.from_options(options)
         return cls(options)
 
     # ---- loading ------------------------------------------------------------------------

@@ -150,7 +150,7 @@ def loaded_model(name: str, engine: str, context_tokens: int, expires_at: float 
 
 
 def shown(name: str, engine: str, context_tokens: int, since: datetime, *,
-          embeds: bool = False) -> dict[str, Any]:
+          embeds: bool = False, generates: bool = True) -> dict[str, Any]:
     """/api/show: what is known; the chat template is the model's own (not Ollama's Go
     template), so `template` is empty. `num_ctx` is the tokens one request may use;
     `capabilities` has "embedding" where /api/embed serves the model."""
@@ -160,7 +160,8 @@ def shown(name: str, engine: str, context_tokens: int, since: datetime, *,
         "template": "",
         "details": details(engine),
         "model_info": {"tokenpipe.context_length": context_tokens},
-        "capabilities": ["completion", *(["tools"] if engine in CONSTRAINED else []),
+        "capabilities": [*(["completion"] if generates else []),
+                         *(["tools"] if engine in CONSTRAINED and generates else []),
                          *(["embedding"] if embeds else [])],
         "modified_at": timestamp(since),
     }

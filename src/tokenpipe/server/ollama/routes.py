@@ -165,7 +165,7 @@ async def show(request: Request) -> Response:
     except TokenpipeError as exc:
         return error_response(exc, body.requested)
     return JSONResponse(shown(names.listed(served), info.name, info.context_tokens,
-                              _STARTED, embeds=info.embeds))
+                              _STARTED, embeds=info.embeds, generates=info.generates))
 
 
 async def version(request: Request) -> Response:

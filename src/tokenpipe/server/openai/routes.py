@@ -161,7 +161,8 @@ def _card(request: Request, model_id: str) -> ModelCard:
     info = models.info(model_id)
     return ModelCard(id=model_id, created=_STARTED, max_model_len=info.context_tokens,
                      state=models.slot(model_id).state.value,
-                     capabilities=["completion", *(["embedding"] if info.embeds else [])])
+                     capabilities=[*(["completion"] if info.generates else []),
+                                   *(["embedding"] if info.embeds else [])])
 
 
 async def embeddings(body: EmbeddingRequest, request: Request) -> EmbeddingList:
