@@ -232,7 +232,7 @@ def test_not_json_wrong_methods_and_unknown_routes(fake_server: ServerProcess) -
         assert r.headers["allow"] == "POST"
     for path in ("/v1/messages/batches", "/v1/messages/msg_1/x"):
         anthropic_error(httpx.post(url + path, json={}), 404, "not_found_error")
-    r = httpx.post(url + "/v1/embeddings", json={})  # the OpenAI door's paths keep its shape
+    r = httpx.post(url + "/v1/audio/speech", json={})  # the OpenAI door's paths keep its shape
     assert r.status_code == 404 and set(r.json()) == {"error"}
     big = httpx.post(url + "/v1/messages", content=b"x" * ((1 << 20) + 1))
     assert "--max-body-bytes" in anthropic_error(big, 413, "request_too_large")

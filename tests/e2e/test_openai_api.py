@@ -228,7 +228,7 @@ def test_not_json_and_unknown_routes(fake_server: ServerProcess) -> None:
     r = httpx.get(fake_server.url + "/v1/chat/completions")  # a known route, wrong method
     assert r.status_code == 405 and r.headers["allow"] == "POST"
     assert r.json()["error"]["type"] == "invalid_request_error"
-    r = httpx.post(fake_server.url + "/v1/embeddings", json={})
+    r = httpx.post(fake_server.url + "/v1/audio/speech", json={})
     assert r.status_code == 404 and set(r.json()) == {"error"}
 
 

@@ -139,6 +139,6 @@ def test_post_to_an_unknown_path_is_404(model_server: ServerProcess) -> None:
     for path in ("/v2/chat", "/chat", "/favicon.ico"):  # /api/ is Ollama's door
         r = httpx.post(model_server.url + path, json={})
         assert r.status_code == 404, (path, r.status_code, r.text)
-    r = httpx.post(model_server.url + "/v1/embeddings", json={})
+    r = httpx.post(model_server.url + "/v1/audio/speech", json={})
     assert r.status_code == 404 and set(r.json()["error"]) == {"message", "type", "param",
                                                                "code"}

@@ -40,11 +40,24 @@ class PreparedRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class Embedded:
+    """embed()'s answer: one vector per input, in order, and the tokens they held."""
+
+    vectors: list[list[float]]
+    prompt_tokens: int
+
+
+EmbedInput = str | Sequence[int]  # a text, or token ids of the model's vocabulary
+
+
+@dataclass(frozen=True, slots=True)
 class EngineInfo:
     name: str
     model_id: str
     context_tokens: int  # per sequence: prompt plus max_tokens must fit
     max_batch: int  # sequences the engine advances together
+    embeds: bool = False  # serves embed() (the listings' "embedding" capability)
+    generates: bool = True  # generates text (an embedding-only model does not)
 
 
 class Engine(abc.ABC):
@@ -85,6 +98,23 @@ class Engine(abc.ABC):
     splits_calls: bool = False
     failures: int = 0  # faults of the engine's own loop that ended generations in flight
     restarts: int = 0  # times the engine recovered from such a fault by itself
+
+    async def embed(self, inputs: Sequence[EmbedInput], *, truncate: bool = False,
+                    ) -> Embedded:
+        """One vector per input (a text is tokenized as the model's tokenizer does for a
+        prompt; ids are taken as they are), each as the model pools its hidden states,
+        L2-normalized, in input order; `prompt_tokens`: the tokens of all inputs. An input
+        longer than the engine's embedding window is cut to it when `truncate`, else
+        ContextOverflow (`param` "input"); an empty one or an id outside the vocabulary is
+        BadRequest ("input"). Computes off the event loop and beside running streams. Only
+        engines whose info says `embeds`; the others refuse here."""
+        raise BadRequest(f"the model {self.info.model_id!r} cannot make embeddings (the "
+                         f"{self.info.name} engine generates text only)", param="model")
+
+    @property
+    def embedding_size(self) -> int | None:
+        """The length of embed()'s vectors once loaded; None where it cannot embed."""
+        return None
 
     def healthy(self) -> bool:
         """Can take requests now (loaded, its loop running)."""

@@ -11,8 +11,9 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 
-from ..engines.base import EngineInfo
+from ..engines.base import Embedded, EmbedInput, EngineInfo
 from ..errors import (
+    BadRequest,
     EngineError,
     EngineUnavailable,
     ShuttingDown,
@@ -111,6 +112,29 @@ class ModelRegistry:
         try:
             scheduler = await slot.ensure(lambda: self._make_room(slot))
             return await scheduler.count_tokens(request)
+        finally:
+            slot.done_waiting()
+
+    async def embed(self, model: str | None, inputs: list[EmbedInput], *,
+                    truncate: bool = False, dimensions: int | None = None) -> Embedded:
+        """The inputs' vectors from `model` (loaded first if it is not): a model whose
+        engine does not embed, or `dimensions` other than its vectors' length, is refused
+        (400 naming the field) before anything computes."""
+        slot = self.slot(model)
+        slot.refuse_if_failed()
+        if slot.info is None or not slot.info.embeds:
+            raise BadRequest(f"the model {slot.name!r} cannot make embeddings (its "
+                             f"{slot.info.name if slot.info else ''} engine generates text "
+                             "only); /v1/models lists the models that embed", param="model")
+        slot.pending += 1
+        try:
+            engine = (await slot.ensure(lambda: self._make_room(slot))).engine
+            size = engine.embedding_size
+            if dimensions is not None and dimensions != size:
+                raise BadRequest(f"the model {slot.name!r} makes vectors of {size} "
+                                 f"dimensions and cannot shorten them: send dimensions "
+                                 f"{size} or none", param="dimensions")
+            return await engine.embed(inputs, truncate=truncate)
         finally:
             slot.done_waiting()
 

@@ -144,7 +144,9 @@ async def test_the_key_opens_every_door(http: httpx.AsyncClient,
      openai_error("Method DELETE not allowed on /v1/models/fake; use GET"), "GET"),
     ("POST", "/v1/streams/tok", 405,
      openai_error("Method POST not allowed on /v1/streams/tok; use GET"), "GET"),
-    ("GET", "/v1/embeddings", 404, openai_error("Invalid URL (GET /v1/embeddings)"), None),
+    ("GET", "/v1/embeddings", 405,
+     openai_error("Method GET not allowed on /v1/embeddings; use POST"), "POST"),
+    ("GET", "/v1/audio/speech", 404, openai_error("Invalid URL (GET /v1/audio/speech)"), None),
     ("GET", "/v1/messages", 405,
      anthropic_error("Method GET not allowed on /v1/messages; use POST"), "POST"),
     ("PUT", "/v1/messages/count_tokens", 405, anthropic_error(
@@ -169,7 +171,7 @@ async def test_the_key_opens_every_door(http: httpx.AsyncClient,
     ("POST", "/api", 404, {"error": "404 page not found: POST /api"}, None),
     ("POST", "/api/pull", 501, {"error": "/api/pull is not supported: this server serves the "
                                          "models it was started with (GET /api/tags lists "
-                                         "them) and generates text only"}, None),
+                                         "them)"}, None),
     ("DELETE", "/api/blobs/sha256:1", 501, None, None),
 ])
 async def test_each_doors_404_and_405_are_in_its_own_shape(

@@ -29,6 +29,8 @@ from ...errors import EngineError, EngineUnavailable, MissingDependency
 from ...types import EngineEvent, EngineFinish, EngineStart, GenerationRequest
 from ..base import (
     DEFAULT_CONTEXT,
+    Embedded,
+    EmbedInput,
     Engine,
     EngineInfo,
     EngineOptions,
@@ -43,6 +45,7 @@ try:
     from . import decode_steps, exact, threadpool
     from .context import give_back_freed_memory
     from .decode_thread import PROMPT_CHUNK, DecodeThread
+    from .embed import EMBED_WINDOW, Embedder, EmbedWorker
     from .kind import KIND
     from .slots import Seq, Slots
     from .tiers import Tier, default_cells, layout, per_sequence
@@ -78,7 +81,8 @@ class LlamaCppEngine(DecodeThread, Engine):
                                                       DEFAULT_CONTEXT)  # until load
         self._layout = layout(self.kv_cache, cells, self.parallel)
         self.info = EngineInfo("llamacpp", model_id,
-                               per_sequence(self.kv_cache, cells, self.parallel), self.parallel)
+                               per_sequence(self.kv_cache, cells, self.parallel), self.parallel,
+                               embeds=True)
         self._inbox: queue.SimpleQueue[Seq] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._stop = False
@@ -89,6 +93,7 @@ class LlamaCppEngine(DecodeThread, Engine):
         self._tiers: list[Tier] = []
         self._pool: threadpool.Threadpool | None = None
         self._slot_sets = [Slots(self.parallel) for _ in self._layout]  # a Slots a tier
+        self._embeds: EmbedWorker | None = None  # after load
 
     logprobs = True  # the log-softmax of the row each token is sampled from
 
@@ -126,6 +131,10 @@ class LlamaCppEngine(DecodeThread, Engine):
         self._guides = build_in_background(
             lambda: Guides.for_llamacpp(vocab.handle, vocab.n_tokens), "llamacpp-guides")
         self._new_context()
+        self._embeds = EmbedWorker(Embedder(
+            self._model, self._vocab.n_tokens, self._threads,
+            min(EMBED_WINDOW, lc.llama_model_n_ctx_train(self._model))),
+            lambda text: self._vocab.tokenize(text, add_special=True))  # as llama-server
         log.info("loaded %s: context %d (%s), %d sequences, %d threads", path.name,
                  sum(cells for _, cells in self._layout),
                  " + ".join(t.label for t in self._tiers),
@@ -149,7 +158,8 @@ class LlamaCppEngine(DecodeThread, Engine):
                                         self.parallel))
         self._batch_cap = min(t.context.batch_cap for t in self._tiers)
         self.info = EngineInfo("llamacpp", self.info.model_id,
-                               max(t.context_tokens for t in self._tiers), self.parallel)
+                               max(t.context_tokens for t in self._tiers), self.parallel,
+                               embeds=True)
         self.rows_exact = None if verdicts[0] is None else all(verdicts)
         for tier in self._tiers:
             if tier.lazy:
@@ -231,11 +241,24 @@ class LlamaCppEngine(DecodeThread, Engine):
         """Prompt tokens copied from another running sequence (since load)."""
         return sum(s.shared_tokens for s in self._slot_sets)
 
+    async def embed(self, inputs: Sequence[EmbedInput], *, truncate: bool = False,
+                    ) -> Embedded:
+        if self._embeds is None or not self.healthy():
+            raise EngineUnavailable(self._failure or "the llama.cpp engine is not running")
+        return await self._embeds.embed(inputs, truncate)
+
+    @property
+    def embedding_size(self) -> int | None:
+        return None if self._embeds is None else self._embeds.embedder.size
+
     async def aclose(self) -> None:
         self._stop = True
         self._wake.set()
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join, 10)
+        if self._embeds is not None:
+            await self._embeds.aclose()
+            self._embeds = None
         self._free_context()
 
     def _free_context(self) -> None:

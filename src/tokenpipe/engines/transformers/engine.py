@@ -50,6 +50,7 @@ try:
     from .kind import KIND
     from .loading import end_tokens, load, model_name
     from .next_token import Seq
+    from .sentence import SentenceEngine, is_sentence_folder
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise MissingDependency(
         f"the transformers engine needs {exc.name or 'torch and transformers'}: "
@@ -86,7 +87,10 @@ class TransformersEngine(DecodeThread, Engine):
     logprobs = True  # the log-softmax of the row each token is sampled from
 
     @classmethod
-    def from_options(cls, options: EngineOptions) -> TransformersEngine:
+    def from_options(cls, options: EngineOptions) -> Engine:
+        """This engine, or for a sentence-transformers folder the one that embeds it."""
+        if is_sentence_folder(options.model):
+            return SentenceEngine.from_options(options)
         return cls(options)
 
     # ---- loading ------------------------------------------------------------------------

@@ -156,15 +156,19 @@ def loaded_model(name: str, kind: Kind, context_tokens: int, expires_at: float |
             "expires_at": timestamp(until), "size_vram": 0, "context_length": context_tokens}
 
 
-def shown(name: str, kind: Kind, context_tokens: int, since: datetime) -> dict[str, Any]:
+def shown(name: str, kind: Kind, context_tokens: int, since: datetime, *,
+          embeds: bool = False, generates: bool = True) -> dict[str, Any]:
     """/api/show: what is known; the chat template is the model's own (not Ollama's Go
-    template), so `template` is empty. `num_ctx` is the tokens one request may use."""
+    template), so `template` is empty. `num_ctx` is the tokens one request may use;
+    `capabilities` has "embedding" where /api/embed serves the model."""
     return {
         "modelfile": f"# served by tokenpipe\nFROM {name}\nPARAMETER num_ctx {context_tokens}\n",
         "parameters": f"num_ctx {context_tokens}",
         "template": "",
         "details": details(kind),
         "model_info": {"tokenpipe.context_length": context_tokens},
-        "capabilities": ["completion", *(["tools"] if kind.tools else [])],
+        "capabilities": [*(["completion"] if generates else []),
+                         *(["tools"] if kind.tools and generates else []),
+                         *(["embedding"] if embeds else [])],
         "modified_at": timestamp(since),
     }

@@ -9,6 +9,7 @@ application/x-www-form-urlencoded).
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import TypeVar
 
@@ -20,6 +21,12 @@ from starlette.routing import BaseRoute, Route
 from ...config import ENGINES, engine_kind
 from ...errors import TokenpipeError
 from ...protocol.ollama import names
+from ...protocol.ollama.embed import (
+    EmbedRequest,
+    LegacyEmbeddingsRequest,
+    embed_answer,
+    legacy_answer,
+)
 from ...protocol.ollama.errors import OllamaError, bad_body, error_json, validation_error
 from ...protocol.ollama.requests import ChatRequest, GenerateRequest, ShowRequest
 from ...protocol.ollama.responses import Answer, Kind, loaded_model, shown, tag
@@ -42,6 +49,8 @@ def routes() -> list[BaseRoute]:
         Route("/api/generate", generate, methods=["POST"]),
         Route("/api/tags", list_tags, methods=["GET", "HEAD"]),
         Route("/api/show", show, methods=["POST"]),
+        Route("/api/embed", embed, methods=["POST"]),
+        Route("/api/embeddings", embeddings, methods=["POST"]),
         Route("/api/ps", list_loaded, methods=["GET"]),
         Route("/api/version", version, methods=["GET", "HEAD"]),
         *(Route(path + "{rest:path}", not_served, methods=list(METHODS))
@@ -88,6 +97,39 @@ async def _generation(request: Request, model: type[ChatRequest | GenerateReques
     return NdjsonResponse(session, answer, stream=body.streamed)
 
 
+async def embed(request: Request) -> Response:
+    """`embeddings`: one L2-normalized vector per input text, from a model that embeds."""
+    return await _embedding(request, EmbedRequest)
+
+
+async def embeddings(request: Request) -> Response:
+    """Ollama's older route: `prompt` -> `embedding` (never truncated)."""
+    return await _embedding(request, LegacyEmbeddingsRequest)
+
+
+async def _embedding(request: Request,
+                     model: type[EmbedRequest | LegacyEmbeddingsRequest]) -> Response:
+    started = time.perf_counter()
+    try:
+        body = await _body(request, model)
+    except ClientDisconnect:
+        return Response(status_code=400)
+    except OllamaError as exc:
+        return error_response(exc)
+    models = _models(request)
+    try:
+        served = _served(models, body.model)
+        models.slot(served).keep_alive_once = body.keep_alive_s
+        if isinstance(body, EmbedRequest):
+            embedded = await models.embed(served, body.inputs(), truncate=body.truncate,
+                                          dimensions=body.dimensions)
+            return JSONResponse(embed_answer(body.model, embedded,
+                                             time.perf_counter() - started))
+        return JSONResponse(legacy_answer(await models.embed(served, body.inputs())))
+    except TokenpipeError as exc:
+        return error_response(exc, body.model)
+
+
 async def list_tags(request: Request) -> Response:
     """Every served model, named as Ollama lists models (with a tag)."""
     models = _models(request)
@@ -126,7 +168,7 @@ async def show(request: Request) -> Response:
     except TokenpipeError as exc:
         return error_response(exc, body.requested)
     return JSONResponse(shown(names.listed(served), _kind(info.name), info.context_tokens,
-                              _STARTED))
+                              _STARTED, embeds=info.embeds, generates=info.generates))
 
 
 def _kind(engine: str) -> Kind:
@@ -143,13 +185,13 @@ async def version(request: Request) -> Response:
 
 # Ollama's routes this server does not serve: it serves the models it was started with
 _NOT_SERVED = ("/api/pull", "/api/push", "/api/create", "/api/copy", "/api/delete",
-               "/api/embed", "/api/embeddings", "/api/blobs/")
+               "/api/blobs/")
 
 
 async def not_served(request: Request) -> Response:
     return JSONResponse(error_json(
         f"{request.url.path} is not supported: this server serves the models it was started "
-        "with (GET /api/tags lists them) and generates text only"), status_code=501)
+        "with (GET /api/tags lists them)"), status_code=501)
 
 
 def _served(models: ModelRegistry, requested: str) -> str:

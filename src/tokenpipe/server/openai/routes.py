@@ -20,6 +20,7 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 
 from ...errors import BadRequest, TokenpipeError, UnknownModel
+from ...protocol.openai.embeddings import EmbeddingList, EmbeddingRequest, embedding_list
 from ...protocol.openai.errors import validation_error
 from ...protocol.openai.render import ChatRender, CompletionRender
 from ...protocol.openai.requests import ChatCompletionRequest, CompletionRequest
@@ -157,9 +158,19 @@ def _models(request: Request) -> list[str]:
 
 def _card(request: Request, model_id: str) -> ModelCard:
     models = runtime_of(request).models
-    return ModelCard(id=model_id, created=_STARTED,
-                     max_model_len=models.info(model_id).context_tokens,
-                     state=models.slot(model_id).state.value)
+    info = models.info(model_id)
+    return ModelCard(id=model_id, created=_STARTED, max_model_len=info.context_tokens,
+                     state=models.slot(model_id).state.value,
+                     capabilities=[*(["completion"] if info.generates else []),
+                                   *(["embedding"] if info.embeds else [])])
+
+
+async def embeddings(body: EmbeddingRequest, request: Request) -> EmbeddingList:
+    """One vector per input (a text, texts, or token ids), L2-normalized, from a model
+    that embeds; usage counts the inputs' tokens."""
+    models = runtime_of(request).models
+    embedded = await models.embed(body.model, body.inputs(), dimensions=body.dimensions)
+    return embedding_list(body.model or models.names[0], embedded, body.encoding_format)
 
 
 async def start(runtime: Runtime, body: Body, render: Render,
@@ -203,5 +214,7 @@ router.add_api_route("/chat/completions", chat_completions, methods=["POST"],
                      responses=_responses(ChatCompletionChunk, _CHAT_SSE))
 router.add_api_route("/completions", completions, methods=["POST"],
                      response_model=Completion, responses=_responses(Completion, _TEXT_SSE))
+router.add_api_route("/embeddings", embeddings, methods=["POST"],
+                     response_model=EmbeddingList, responses=_ERRORS)
 router.add_api_route("/streams/{token}", resume_stream, methods=["GET"],
                      responses=_responses(ChatCompletionChunk, _CHAT_SSE))

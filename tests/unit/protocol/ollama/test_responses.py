@@ -88,6 +88,8 @@ def test_listings_say_only_what_is_known() -> None:
     assert info["parameters"] == "num_ctx 4096" and "FROM m:latest" in info["modelfile"]
     assert info["capabilities"] == ["completion"] and info["template"] == ""
     assert shown("m", gguf, 4096, since)["capabilities"] == ["completion", "tools"]
+    assert shown("m", gguf, 4096, since, embeds=True)["capabilities"] == [
+        "completion", "tools", "embedding"]
     assert info["model_info"] == {"tokenpipe.context_length": 4096}
 
 
