@@ -36,6 +36,30 @@ TRANSFORMERS_GROUP = {
 LOGS = ROOT / "tests" / "e2e" / "artifacts"
 
 
+class _Closable(Protocol):
+    def close(self) -> object: ...
+
+
+C = TypeVar("C", bound=_Closable)
+_OPEN: list[_Closable] = []
+
+
+def closed_after_test(client: C) -> C:
+    """An official client (openai, anthropic, ollama) closed when the test ends: one left
+    to the garbage collector closes its socket inside a later test, which filterwarnings
+    "error" then fails (PytestUnraisableExceptionWarning). Not for a module's fixture:
+    that one yields from `with client:`."""
+    _OPEN.append(client)
+    return client
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
+
+
 class _Stoppable(Protocol):
     def wait_ready(self, timeout: float = ...) -> None: ...
     def stop(self) -> object: ...
@@ -67,9 +91,11 @@ async def close_after_texts(stream: AsyncIterator[Any], texts: int = 3) -> None:
     await stream.aclose()  # type: ignore[attr-defined]
 
 
-async def drop_and_resume(ws_url: str, max_tokens: int = 40) -> tuple[Any, Any, str]:
+async def drop_and_resume(ws_url: str, max_tokens: int = 40, *,
+                          resume_url: str | None = None) -> tuple[Any, Any, str]:
     """Starts a resumable, paced fake-engine generation, leaves after two deltas, resumes it
-    on a new connection and reads it to the end: (first generation, resumed one, text)."""
+    on a new connection (to `resume_url`: another replica) and reads it to the end:
+    (first generation, resumed one, text)."""
     from tokenpipe.client import Client
 
     async with Client(ws_url) as first:
@@ -80,7 +106,7 @@ async def drop_and_resume(ws_url: str, max_tokens: int = 40) -> tuple[Any, Any, 
                 break
         assert gen.start is not None
         token, seen = gen.start["stream"], gen.deltas[-1]["seq"]
-    async with Client(ws_url) as second:  # a new connection
+    async with Client(resume_url or ws_url) as second:  # a new connection
         resumed = await second.resume(token, seen, "again")
         rest = await resumed.collect()
     return gen, resumed, "".join(d["text"] for d in gen.deltas) + rest

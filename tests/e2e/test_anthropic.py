@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import ServerProcess, running
+from tests.conftest import ServerProcess, closed_after_test, running
 from tokenpipe.engines.fake import SCRIPT, fake_tokenize
 
 pytestmark = pytest.mark.e2e
@@ -25,27 +25,14 @@ pytestmark = pytest.mark.e2e
 USER: Any = [{"role": "user", "content": "hello"}]
 
 
-_OPEN: list[anthropic.Anthropic | openai.OpenAI] = []  # closed after each test: a client
-# left to the garbage collector closes its socket inside a later test, which then fails
-
-
-@pytest.fixture(autouse=True)
-def _close_clients() -> Iterator[None]:
-    yield
-    while _OPEN:
-        _OPEN.pop().close()
-
-
 def client(server: ServerProcess | str, key: str = "unused") -> anthropic.Anthropic:
     url = server if isinstance(server, str) else server.url
-    c = anthropic.Anthropic(base_url=url, api_key=key, max_retries=0)
-    _OPEN.append(c)
+    c = closed_after_test(anthropic.Anthropic(base_url=url, api_key=key, max_retries=0))
     return c
 
 
 def oai_client(server: ServerProcess) -> openai.OpenAI:
-    c = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
-    _OPEN.append(c)
+    c = closed_after_test(openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0))
     return c
 
 
@@ -294,8 +281,8 @@ def test_api_key_as_x_api_key_or_bearer(keyed_server: ServerProcess) -> None:
     ok = client(keyed_server, "s3cret").messages.create(model="fake", max_tokens=5,
                                                         messages=USER)
     assert ok.stop_reason == "max_tokens"
-    auth = anthropic.Anthropic(base_url=keyed_server.url, auth_token="s3cret", max_retries=0)
-    _OPEN.append(auth)
+    auth = closed_after_test(anthropic.Anthropic(base_url=keyed_server.url, auth_token="s3cret",
+                                                 max_retries=0))
     assert auth.messages.count_tokens(model="fake", messages=USER).input_tokens > 0
     # the OpenAI routes keep their own 401, and take x-api-key too
     r = httpx.get(keyed_server.url + "/v1/models")

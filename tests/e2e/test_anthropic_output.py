@@ -6,7 +6,6 @@ and both refused with a clear 400 where the engine cannot apply them (the fake e
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -14,7 +13,7 @@ import jsonschema
 import pytest
 from pydantic import BaseModel
 
-from tests.conftest import ServerProcess
+from tests.conftest import ServerProcess, closed_after_test
 
 pytestmark = pytest.mark.e2e
 
@@ -27,19 +26,11 @@ PERSON = {"type": "object", "properties": {
     "required": ["name", "age", "colours"], "additionalProperties": False}
 ASK: Any = [{"role": "user", "content": "Describe a person as JSON."}]
 GREEDY = {"temperature": 0}  # the SDK sends temperature through extra_body
-_OPEN: list[anthropic.Anthropic] = []
-
-
-@pytest.fixture(autouse=True)
-def _close_clients() -> Iterator[None]:
-    yield
-    while _OPEN:
-        _OPEN.pop().close()
 
 
 def client(server: ServerProcess) -> anthropic.Anthropic:
-    c = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=120)
-    _OPEN.append(c)
+    c = closed_after_test(anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0,
+                                              timeout=120))
     return c
 
 

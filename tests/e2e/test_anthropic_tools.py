@@ -8,7 +8,6 @@ blocks (the fake engine writes the think tags it is asked to echo)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -17,7 +16,7 @@ import jsonschema
 import openai
 import pytest
 
-from tests.conftest import ServerProcess
+from tests.conftest import ServerProcess, closed_after_test
 
 pytestmark = pytest.mark.e2e
 
@@ -35,19 +34,9 @@ GREEDY = {"temperature": 0}  # the SDK sends temperature through extra_body
 ASK: Any = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
-_OPEN: list[anthropic.Anthropic | openai.OpenAI] = []  # closed after each test
-
-
-@pytest.fixture(autouse=True)
-def _close_clients() -> Iterator[None]:
-    yield
-    while _OPEN:
-        _OPEN.pop().close()
-
-
 def client(server: ServerProcess) -> anthropic.Anthropic:
-    c = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=120)
-    _OPEN.append(c)
+    c = closed_after_test(anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0,
+                                              timeout=120))
     return c
 
 
@@ -101,8 +90,8 @@ def test_a_required_call_validates_whole_and_streamed(model_server: ServerProces
     fragments = [d["delta"]["partial_json"] for n, d in got if n == "content_block_delta"]
     assert len(fragments) > 1 and json.loads("".join(fragments)) == call.input
     # the OpenAI door makes the same call of the same greedy request
-    oai = openai.OpenAI(base_url=model_server.url + "/v1", api_key="x", max_retries=0)
-    _OPEN.append(oai)
+    oai = closed_after_test(openai.OpenAI(base_url=model_server.url + "/v1", api_key="x",
+                                          max_retries=0))
     named = ("required" if choice["type"] == "any"
              else {"type": "function", "function": {"name": "search"}})
     chat = oai.chat.completions.create(

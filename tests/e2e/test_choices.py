@@ -13,13 +13,13 @@ from typing import Any
 import httpx
 import openai
 
-from tests.conftest import ServerProcess
+from tests.conftest import ServerProcess, closed_after_test
 
 MODEL = "SmolLM2-135M-Instruct"
 
 
 def sdk(server: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
+    return closed_after_test(openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0))
 
 
 def shared_tokens(server: ServerProcess) -> float:

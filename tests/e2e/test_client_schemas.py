@@ -8,7 +8,6 @@ declare, because an object with `properties` is read as closed (constrain/schema
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import ollama
 import openai
 import pytest
 
-from tests.conftest import ServerProcess
+from tests.conftest import ServerProcess, closed_after_test
 from tokenpipe.client import Client
 
 pytestmark = [pytest.mark.e2e, pytest.mark.model]
@@ -60,20 +59,10 @@ def _undeclared(value: Any, schema: Any, root: Any) -> bool:
     return False
 
 
-_OPEN: list[Any] = []
-
-
-@pytest.fixture(autouse=True)
-def _close_clients() -> Iterator[None]:
-    yield
-    while _OPEN:
-        _OPEN.pop().close()
-
-
 def sdk(server: ServerProcess) -> openai.OpenAI:
-    c = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0,
-                      timeout=300)
-    _OPEN.append(c)
+    c = closed_after_test(openai.OpenAI(base_url=server.url + "/v1", api_key="unused",
+                                        max_retries=0,
+                                        timeout=300))
     return c
 
 
@@ -134,8 +123,9 @@ def test_anthropic_tools_and_output_config_as_the_docs_write_them(
         model_server: ServerProcess) -> None:
     tool = fixture("anthropic_docs_get_weather")
     country = fixture("pydantic_country")
-    c = anthropic.Anthropic(base_url=model_server.url, api_key="unused", max_retries=0,
-                            timeout=300)
+    c = closed_after_test(anthropic.Anthropic(base_url=model_server.url, api_key="unused",
+                                              max_retries=0,
+                                              timeout=300))
     uses = stops = 0
     with c:
         for run in ({k: v for k, v in r.items() if k != "seed"} for r in RUNS):  # no seeds
@@ -178,7 +168,7 @@ def test_ollama_format_and_function_tools_as_the_package_sends_them(
     country = fixture("pydantic_country")
     tool = fixture("ollama_get_weather")
     c = ollama.Client(host=model_server.url, timeout=300)
-    _OPEN.append(c._client)
+    closed_after_test(c._client)
     stops = 0
     for run in RUNS:
         options: Any = {"num_predict": 200, **run}

@@ -9,7 +9,6 @@ with a function tool, which both failed on repeated calls."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -18,7 +17,7 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from tests.conftest import ServerProcess
+from tests.conftest import ServerProcess, closed_after_test
 from tokenpipe.client import Client
 
 pytestmark = [pytest.mark.e2e, pytest.mark.model]
@@ -33,20 +32,10 @@ ASK: Any = [{"role": "user", "content": "What is the weather in Paris, London an
 RUNS = [{"temperature": 0}, *({"temperature": 1.0, "seed": s} for s in range(3))]
 
 
-_OPEN: list[Any] = []
-
-
-@pytest.fixture(autouse=True)
-def _close_clients() -> Iterator[None]:
-    yield
-    while _OPEN:
-        _OPEN.pop().close()
-
-
 def sdk(server: ServerProcess) -> openai.OpenAI:
-    c = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0,
-                      timeout=300)
-    _OPEN.append(c)
+    c = closed_after_test(openai.OpenAI(base_url=server.url + "/v1", api_key="unused",
+                                        max_retries=0,
+                                        timeout=300))
     return c
 
 
@@ -126,7 +115,7 @@ def test_anthropic_forced_is_one_tool_use(model_server: ServerProcess, choice: A
 
 def test_ollama_and_tokenpipe_v1_make_one_call_by_default(model_server: ServerProcess) -> None:
     c = ollama.Client(host=model_server.url, timeout=300)
-    _OPEN.append(c._client)
+    closed_after_test(c._client)
     for run in RUNS:
         r = c.chat(model=MODEL, tools=TOOLS, messages=ASK,
                    options={"num_predict": 200, **run})

@@ -15,7 +15,7 @@ import numpy as np
 import openai
 import pytest
 
-from tests.conftest import ServerProcess
+from tests.conftest import ServerProcess, closed_after_test
 from tokenpipe.client import Client
 from tokenpipe.engines.base import bundled_model_path
 from tokenpipe.engines.llamacpp.exact import GGML_TYPE_BF16
@@ -26,7 +26,7 @@ TOLERANCE = 1e-3  # float32 logits, the same kernels as the server's (exact.py)
 
 
 def sdk(server: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
+    return closed_after_test(openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0))
 
 
 def test_completion_logprobs_are_llama_cpps_logits_for_the_same_greedy_request(
@@ -192,7 +192,7 @@ def test_the_transformers_engine_gives_them_through_the_same_path(
     pytest.importorskip("transformers")
     url = live_server("--engine", "transformers", "--model", str(bundled_model_path()),
                       "--parallel", "1")
-    client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+    client = closed_after_test(openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0))
     ask: dict[str, Any] = {"model": client.models.list().data[0].id, "messages": COLORS,
                            "max_tokens": 12, "temperature": 0, "logprobs": True,
                            "top_logprobs": 2}

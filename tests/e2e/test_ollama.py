@@ -17,7 +17,7 @@ import ollama
 import openai
 import pytest
 
-from tests.conftest import ServerProcess, broken_model, running
+from tests.conftest import ServerProcess, broken_model, closed_after_test, running
 from tokenpipe.engines.fake import SCRIPT
 
 pytestmark = pytest.mark.e2e
@@ -402,7 +402,8 @@ def test_real_greedy_chat_is_the_openai_doors_text(model_server: ServerProcess) 
     assert "".join(p.message.content or "" for p in streamed) == whole.message.content
     assert streamed[-1].eval_count == whole.eval_count
     assert streamed[-1].done_reason == whole.done_reason
-    oa = openai.OpenAI(base_url=model_server.url + "/v1", api_key="unused", max_retries=0)
+    oa = closed_after_test(openai.OpenAI(base_url=model_server.url + "/v1", api_key="unused",
+                                         max_retries=0))
     reference = oa.chat.completions.create(
         model=oa.models.list().data[0].id, messages=messages, temperature=0, max_tokens=24)
     assert whole.message.content == reference.choices[0].message.content
@@ -418,7 +419,8 @@ def test_real_raw_generate_and_seeded_answers(model_server: ServerProcess) -> No
     assert model is not None
     raw = c.generate(model=model, prompt="The capital of France is", raw=True,
                      options={"temperature": 0, "num_predict": 12})
-    oa = openai.OpenAI(base_url=model_server.url + "/v1", api_key="unused", max_retries=0)
+    oa = closed_after_test(openai.OpenAI(base_url=model_server.url + "/v1", api_key="unused",
+                                         max_retries=0))
     reference = oa.completions.create(model=oa.models.list().data[0].id, max_tokens=12,
                                       prompt="The capital of France is", temperature=0)
     assert raw.response == reference.choices[0].text

@@ -16,7 +16,7 @@ import openai
 import pytest
 import websockets
 
-from tests.conftest import ServerProcess, broken_model, running
+from tests.conftest import ServerProcess, broken_model, closed_after_test, running
 from tokenpipe.engines.fake import SCRIPT
 
 pytestmark = pytest.mark.e2e
@@ -25,7 +25,7 @@ USER: Any = [{"role": "user", "content": "hello"}]
 
 
 def client(server: ServerProcess, key: str = "unused") -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0)
+    return closed_after_test(openai.OpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0))
 
 
 def aclient(server: ServerProcess) -> openai.AsyncOpenAI:
@@ -311,7 +311,7 @@ def test_idle_stream_sends_comment_pings(live_server: Any) -> None:
     assert any(ln == ": ping" for ln in lines[data[1]:data[-1]])  # between tokens too
     raw_text = "".join(e["choices"][0]["delta"].get("content", "")
                        for e in data_events(lines)[:-1])
-    sdk = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+    sdk = closed_after_test(openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0))
     chunks = list(sdk.chat.completions.create(model="fake", messages=body["messages"],
                                               stream=True))
     assert raw_text and chat_text(chunks) == raw_text  # pings are invisible to the SDK

@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import ServerProcess
+from tests.conftest import ServerProcess, closed_after_test
 from tokenpipe.client import Client
 
 pytestmark = [pytest.mark.e2e, pytest.mark.model]
@@ -34,7 +34,8 @@ MODEL = "SmolLM2-135M-Instruct"  # the bundled model, as /v1/models lists it
 
 
 def sdk(server: ServerProcess) -> openai.OpenAI:
-    c = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    c = closed_after_test(openai.OpenAI(base_url=server.url + "/v1", api_key="unused",
+                                        max_retries=0, timeout=60))
     assert [m.id for m in c.models.list().data] == [MODEL]
     return c
 

@@ -9,7 +9,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.conftest import ServerProcess
+from tests.conftest import ServerProcess, closed_after_test
 from tokenpipe.client import Client
 
 pytestmark = [pytest.mark.e2e, pytest.mark.model]
@@ -21,8 +21,9 @@ PREFILLED: Any = [*ASKED, {"role": "assistant", "content": START}]
 
 
 def sdk(server: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0,
-                         timeout=60)
+    return closed_after_test(openai.OpenAI(base_url=server.url + "/v1", api_key="unused",
+                                           max_retries=0,
+                                           timeout=60))
 
 
 async def test_a_prefilled_answer_is_continued(model_server: ServerProcess) -> None:

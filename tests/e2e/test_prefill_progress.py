@@ -20,7 +20,7 @@ import openai
 import pytest
 import websockets
 
-from tests.conftest import ServerProcess
+from tests.conftest import ServerProcess, closed_after_test
 from tokenpipe.engines.fake import SCRIPT, fake_token_bytes, fake_tokenize
 from tokenpipe.server.doors import DOORS, api_labels
 
@@ -144,7 +144,8 @@ async def test_request_metrics_are_labelled_by_the_door(model_server: ServerProc
     before = request_samples(model_server)
     frames = await v1_frames(model_server, "Say hi.")
     assert frames[-1]["type"] == "end"
-    sdk = openai.OpenAI(base_url=model_server.url + "/v1", api_key="unused", max_retries=0)
+    sdk = closed_after_test(openai.OpenAI(base_url=model_server.url + "/v1", api_key="unused",
+                                          max_retries=0))
     sdk.chat.completions.create(model="SmolLM2-135M-Instruct", max_tokens=3,
                                 messages=[{"role": "user", "content": "Say hi."}])
     after = request_samples(model_server)
@@ -163,7 +164,8 @@ ANSWER = b"".join(map(fake_token_bytes, fake_tokenize(SCRIPT.encode())[:5])).dec
 
 
 def test_sdks_parse_streams_that_carry_prefill_comments(fake_server: ServerProcess) -> None:
-    c = openai.OpenAI(base_url=fake_server.url + "/v1", api_key="unused", max_retries=0)
+    c = closed_after_test(openai.OpenAI(base_url=fake_server.url + "/v1", api_key="unused",
+                                        max_retries=0))
     chunks = list(c.chat.completions.create(
         model="fake", messages=[{"role": "user", "content": FAKE_LONG}], stream=True))
     assert "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices) == ANSWER
@@ -172,7 +174,8 @@ def test_sdks_parse_streams_that_carry_prefill_comments(fake_server: ServerProce
         model="fake", prompt=FAKE_LONG, stream=True))
     assert completion == ANSWER
 
-    a = anthropic.Anthropic(base_url=fake_server.url, api_key="unused", max_retries=0)
+    a = closed_after_test(anthropic.Anthropic(base_url=fake_server.url, api_key="unused",
+                                              max_retries=0))
     with a.messages.stream(model="fake", max_tokens=50,
                            messages=[{"role": "user", "content": FAKE_LONG}]) as stream:
         assert "".join(stream.text_stream) == ANSWER

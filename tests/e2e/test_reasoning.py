@@ -13,7 +13,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.conftest import ServerProcess
+from tests.conftest import ServerProcess, closed_after_test
 from tokenpipe.client import Client
 
 pytestmark = pytest.mark.e2e
@@ -23,8 +23,9 @@ SCRIPTED: Any = [{"role": "user", "content": f"[[echo]]<think>{THOUGHT}</think>\
 
 
 def sdk(server: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0,
-                         timeout=60)
+    return closed_after_test(openai.OpenAI(base_url=server.url + "/v1", api_key="unused",
+                                           max_retries=0,
+                                           timeout=60))
 
 
 def test_whole_and_streamed_split_the_same(fake_server: ServerProcess) -> None:
@@ -112,7 +113,8 @@ def test_a_template_that_opens_the_thinking_on_the_real_model(live_server: Any,
     template = tmp_path / "thinking.jinja"
     template.write_text(THINKING_TEMPLATE)
     url = live_server("--chat-template", str(template), "--parallel", "2")
-    c = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    c = closed_after_test(openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0,
+                                        timeout=120))
     ask: Any = [{"role": "user", "content": "What is 2 + 2?"}]
     whole = c.chat.completions.create(model="SmolLM2-135M-Instruct", messages=ask,
                                       temperature=0, max_tokens=24)

@@ -20,7 +20,7 @@ import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from tests.conftest import ServerProcess, running
+from tests.conftest import ServerProcess, closed_after_test, running
 from tokenpipe.engines.fake import SCRIPT, fake_tokenize
 
 pytestmark = pytest.mark.e2e
@@ -28,7 +28,7 @@ EVENT = TypeAdapter(ResponseStreamEvent)
 
 
 def client(server: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
+    return closed_after_test(openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0))
 
 
 def sse(text: str) -> list[dict[str, Any]]:

@@ -40,8 +40,9 @@ def server() -> Iterator[ServerProcess]:
 
 
 @pytest.fixture(scope="module")
-def oai(server: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
+def oai(server: ServerProcess) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")

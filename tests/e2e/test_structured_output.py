@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from tests.conftest import ServerProcess
+from tests.conftest import ServerProcess, closed_after_test
 from tokenpipe.client import Client, ServerError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.model]
@@ -25,8 +25,9 @@ MODEL = "SmolLM2-135M-Instruct"
 
 
 def sdk(server: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0,
-                         timeout=120)
+    return closed_after_test(openai.OpenAI(base_url=server.url + "/v1", api_key="unused",
+                                           max_retries=0,
+                                           timeout=120))
 
 
 class City(BaseModel):

@@ -15,7 +15,7 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from tests.conftest import ServerProcess
+from tests.conftest import ServerProcess, closed_after_test
 from tokenpipe.client import Client
 
 pytestmark = [pytest.mark.e2e, pytest.mark.model]
@@ -37,8 +37,9 @@ ASK: Any = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 def sdk(server: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0,
-                         timeout=120)
+    return closed_after_test(openai.OpenAI(base_url=server.url + "/v1", api_key="unused",
+                                           max_retries=0,
+                                           timeout=120))
 
 
 def check_calls(calls: list[tuple[str, str, str]]) -> None:

@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tests.conftest import ServerProcess, free_port, running
+from tests.conftest import ServerProcess, closed_after_test, free_port, running
 from tokenpipe.client import Client
 
 pytestmark = pytest.mark.e2e
@@ -192,8 +192,9 @@ def gateway(upstream: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactory
 
 
 def sdk(server: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0,
-                         timeout=30)
+    return closed_after_test(openai.OpenAI(base_url=server.url + "/v1", api_key="unused",
+                                           max_retries=0,
+                                           timeout=30))
 
 
 def ask(script: str) -> Any:

@@ -14,7 +14,7 @@ import jsonschema
 import openai
 import pytest
 
-from tests.conftest import ServerProcess, running
+from tests.conftest import ServerProcess, closed_after_test, running
 from tests.e2e.test_tool_calls import ASK, MODEL, SCHEMAS, TOOLS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.model]
@@ -28,8 +28,9 @@ def proxy(model_server: ServerProcess) -> Iterator[ServerProcess]:
 
 
 def sdk(server: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0,
-                         timeout=120)
+    return closed_after_test(openai.OpenAI(base_url=server.url + "/v1", api_key="unused",
+                                           max_retries=0,
+                                           timeout=120))
 
 
 def calls_of(choice: Any) -> list[tuple[str, Any]]:
