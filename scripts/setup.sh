@@ -4,8 +4,9 @@
 # wheel cache makes later installs fast), and the built web UI.
 #   scripts/setup.sh          serve dependencies
 #   scripts/setup.sh --test   plus the test dependencies (transformers on CPU torch,
-#                             pytest, playwright, Debian's chromium, and llama.cpp's
-#                             llama-server built into ~/.cache/tokenpipe)
+#                             pytest, playwright, Debian's chromium, nginx and
+#                             redis-server, and llama.cpp's llama-server built into
+#                             ~/.cache/tokenpipe)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -63,10 +64,12 @@ fi
 
 if [ "$want_test" = 1 ]; then
   # Debian's chromium for the browser tests, nginx for the deployment guide's proxy test,
-  # fonts so screenshots show Japanese and emoji.
+  # redis-server for the replicas' shared state (the tests start their own on a free
+  # port), fonts so screenshots show Japanese and emoji.
   missing=()
   [ -x /usr/bin/chromium ] || missing+=(chromium fonts-noto-cjk fonts-noto-color-emoji)
   command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
+  command -v redis-server >/dev/null || missing+=(redis-server)
   if [ ${#missing[@]} -gt 0 ]; then
     say "installing ${missing[*]}"
     sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo

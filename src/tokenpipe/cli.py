@@ -56,6 +56,11 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--max-n", type=int, help="most choices (n) one OpenAI request may ask "
                    "for (default 8)")
     p.add_argument("--resume-grace-s", type=float, help="how long a resumable stream waits")
+    p.add_argument("--state", metavar="URL",
+                   help="share resumable streams between replicas in Redis "
+                        "(redis://HOST:PORT/DB; default: this process alone)")
+    p.add_argument("--state-prefix", metavar="PREFIX",
+                   help="the prefix of this deployment's Redis keys (tokenpipe)")
     p.add_argument("--shutdown-grace-s", type=float, help="how long shutdown lets streams end")
     p.add_argument("--responses-db",
                    help="SQLite file of stored /v1/responses (default: "
@@ -162,6 +167,14 @@ def serve(settings: Settings) -> None:
     except (ValueError, ImportError) as exc:  # ModelNotFound, a template, MissingDependency
         print(f"tokenpipe serve: error: {exc}", file=sys.stderr)
         sys.exit(2)
+    if settings.state is not None:
+        from .server.state import check_reachable
+
+        try:
+            check_reachable(settings.state)
+        except (RuntimeError, ImportError) as exc:
+            print(f"tokenpipe serve: error: {exc}", file=sys.stderr)
+            sys.exit(2)
     try:
         run_server(settings)
     except KeyboardInterrupt:  # uvicorn re-raises a caught SIGINT once it has shut down

@@ -87,6 +87,10 @@ class Settings:
     parallel_tool_calls: bool = False  # a request that does not say: one call per answer
     slow_client_timeout_s: float = 30.0
     resume_grace_s: float = 30.0
+    # where resumable streams are shared between replicas: None, this process alone;
+    # redis://HOST:PORT/DB (server/state/redis_store.py)
+    state: str | None = field(default=None, repr=False)  # a URL may hold a password
+    state_prefix: str = "tokenpipe"  # the namespace of this deployment's keys
     shutdown_grace_s: float = 10.0
     sse_ping_interval_s: float = 15.0  # comment pings on idle OpenAI streams
     # stored Responses (/v1/responses): one SQLite file; None: responses_db_path()'s default

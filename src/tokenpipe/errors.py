@@ -13,7 +13,9 @@
      ├── Unauthorized              (unauthorized, 401)
      ├── EngineError               (engine_error, 500)
      │    └── EngineUnavailable    (engine_error, 503: not loaded or cannot recover)
-     └── ShuttingDown              (shutting_down, 503)
+     ├── ShuttingDown              (shutting_down, 503)
+     └── ReplicaLost               (replica_lost, 502: the replica producing a stream
+                                    another replays stopped, or lost the state store)
 
     MissingDependency (ImportError): an optional extra is not installed; the message is a
     one-line install hint.
@@ -86,6 +88,11 @@ class EngineUnavailable(EngineError):
 class ShuttingDown(TokenpipeError):
     code = "shutting_down"
     status = 503
+
+
+class ReplicaLost(TokenpipeError):
+    code = "replica_lost"
+    status = 502
 
 
 class MissingDependency(ImportError):

@@ -145,6 +145,29 @@ class GenerationSession:
             self.final = Failed(error, self.usage())
             self._end()
 
+    # ---- written by a replay of another process' log (server/state/) ----------------
+    def replay(self, delta: Delta) -> None:
+        """The next delta exactly as the producing session sealed it: the same seq (the
+        next one here), text, channel and call; a replayed session is fed only this way."""
+        if delta.seq != self.next_seq:
+            raise ValueError(f"replayed seq {delta.seq}, expected {self.next_seq}")
+        if self.first_token_at is None:
+            self.first_token_at = time.perf_counter()
+        if not self._parts and Delta(delta.seq, delta.text) == delta:  # plain content
+            self._sealed.append(delta.text)
+        else:
+            self._parts = True
+            self._sealed.append(Part(delta.text, delta.channel, delta.index, delta.call_id,
+                                     delta.name, delta.logprobs))
+        self._notify()
+
+    def end_with(self, final: Finished | Failed) -> None:
+        """The producing session's final event, as it was."""
+        if self.final is None:
+            self.final = final
+            self.completion_tokens = final.usage.completion_tokens
+            self._end()
+
     def bind_cancel(self, cancel: Callable[[], object]) -> None:
         self._cancel = cancel
 

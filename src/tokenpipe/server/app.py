@@ -150,6 +150,11 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None,
             body["store"] = responses.store.failure
             if body["status"] == "ok":
                 body["status"] = "degraded"
+        state = getattr(runtime.resumable, "failure", None)  # a shared store's last error
+        if state:
+            body["state"] = state
+            if body["status"] == "ok":
+                body["status"] = "degraded"
         return JSONResponse(body, status_code=200 if models.ready else 503)
 
     @app.head("/metrics", include_in_schema=False)
@@ -235,7 +240,7 @@ def _scheduler(runtime: Runtime, name: str, engine: Engine) -> Scheduler:
 
 async def _shutdown(runtime: Runtime) -> None:
     await runtime.models.aclose(runtime.settings.shutdown_grace_s)
-    runtime.close()
+    await runtime.close()
     await runtime.models.free()
 
 

@@ -5,10 +5,8 @@ period after its reader went away (or read it to the end); nobody resuming it by
 is cancelled and forgotten.
 
 `ResumeStore` is the interface the doors use; `LocalResumeStore` keeps the streams in this
-process. Another store (Redis, issue 29) keeps the same records elsewhere: `keep` is where
-the producing replica logs the stream and takes its lease, `take_over` is a range read
-from `after` then a blocking read (a Cursor over the log when the session is not here),
-`orphan` starts the key's expiry, `close` lets the leases go."""
+process; `RedisResumeStore` (server/state/redis_store.py, `--state redis://...`) also
+logs them in Redis, where `find` on any replica replays them into a local session."""
 
 from __future__ import annotations
 
@@ -49,7 +47,12 @@ class ResumeStore(Protocol):
         """A new resumable stream (its session's stream_token is the key)."""
 
     def get(self, token: str) -> Held | None:
-        """The record of a kept stream; None: unknown, or its grace period ended."""
+        """The record of a stream kept here; None: unknown, or its grace period ended."""
+
+    async def find(self, token: str, after: int = -1) -> Held | None:
+        """The record of a kept stream, wherever it was produced (a shared store replays
+        another replica's stream here, up to seq `after` where the log has it by then);
+        None: unknown, or its grace period ended."""
 
     def take_over(self, token: str, after: int, reader: Reader | None, *,
                   stream_id: str | None = None, on_news: Callable[[], None] | None = None,
@@ -68,6 +71,9 @@ class ResumeStore(Protocol):
     def close(self) -> None:
         """Shutdown: every stream cancelled and forgotten."""
 
+    async def aclose(self) -> None:
+        """close(), then whatever connection the store holds."""
+
     def __len__(self) -> int: ...
 
 
@@ -84,6 +90,9 @@ class LocalResumeStore:
         self._held[held.session.stream_token] = held
 
     def get(self, token: str) -> Held | None:
+        return self._held.get(token)
+
+    async def find(self, token: str, after: int = -1) -> Held | None:
         return self._held.get(token)
 
     def take_over(self, token: str, after: int, reader: Reader | None, *,
@@ -126,6 +135,9 @@ class LocalResumeStore:
             with contextlib.suppress(Exception):
                 held.session.cancel()
         self._held.clear()
+
+    async def aclose(self) -> None:
+        self.close()
 
     def __len__(self) -> int:
         return len(self._held)

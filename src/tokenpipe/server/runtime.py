@@ -32,7 +32,13 @@ class Runtime:
     resumable: ResumeStore = field(init=False)
 
     def __post_init__(self) -> None:
-        self.resumable = LocalResumeStore(self.settings.resume_grace_s)
+        s = self.settings
+        if s.state is None:
+            self.resumable = LocalResumeStore(s.resume_grace_s)
+        else:
+            from .state import shared_store
+
+            self.resumable = shared_store(s.state, s.resume_grace_s, s.state_prefix)
 
     def limits(self) -> dict[str, int]:
         """The default model's limits, for tokenpipe.v1's hello."""
@@ -72,5 +78,5 @@ class Runtime:
             with contextlib.suppress(Exception):
                 connection.abort()
 
-    def close(self) -> None:
-        self.resumable.close()
+    async def close(self) -> None:
+        await self.resumable.aclose()

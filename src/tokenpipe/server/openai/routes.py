@@ -134,7 +134,7 @@ async def resume_stream(
     """A resumable stream (a Chat Completions or Completions request with `resumable`, or
     a tokenpipe.v1 one) from after Last-Event-ID, in Chat Completions chunks, to its end."""
     runtime = runtime_of(request)
-    return resumed(runtime.resumable, token, last_event_id_header, last_event_id,
+    return await resumed(runtime.resumable, token, last_event_id_header, last_event_id,
                    runtime.settings.sse_ping_interval_s)
 
 

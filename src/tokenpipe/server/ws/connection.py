@@ -265,7 +265,7 @@ class JsonConnection:
         elif isinstance(frame, wire.Ping):
             self.send(wire.pong(frame.data))
         else:
-            self._resume(frame)
+            await self._resume(frame)
 
     async def _generate(self, frame: wire.Generate) -> None:
         if frame.id in self.streams:
@@ -286,8 +286,8 @@ class JsonConnection:
             cursor = session.cursor(on_news=self._news(frame.id), progress=True)
         self._adopt(frame.id, session, cursor)
 
-    def _resume(self, frame: wire.Resume) -> None:
-        held = self.runtime.resumable.get(frame.stream)
+    async def _resume(self, frame: wire.Resume) -> None:
+        held = await self.runtime.resumable.find(frame.stream, frame.after_seq)
         if held is None:
             raise UnknownId("no resumable generation for that stream token (expired or unknown)")
         session = held.session

@@ -1,0 +1,234 @@
+"""Replicas sharing their resumable streams in a real Redis (`--state redis://...`):
+separate `tokenpipe serve` processes on loopback and Debian's redis-server on a free port.
+A stream started on one replica resumes on another, over tokenpipe.v1 and over resumable
+SSE, from the client's last seq: nothing lost, nothing repeated, the same chunk id; a
+cancel sent to the other replica stops the producer; a forged token is each door's
+not-found; a replica killed with SIGKILL ends the streams others follow with
+`replica_lost` (taking them over is issue 29's next step); Redis unreachable at start
+refuses to start, lost while serving costs only the sharing; every key expires."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.conftest import ServerProcess, drop_and_resume, free_port, running
+from tests.e2e.redis_server import RedisServer
+from tokenpipe.client import Client, ServerError
+
+pytestmark = pytest.mark.e2e
+GRACE_S = 3.0
+PACED = [{"role": "user", "content": "[[pace_ms=20]]"}]
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    with running(RedisServer()) as server:
+        yield server
+
+
+def replica(redis_server: RedisServer, *extra: str) -> ServerProcess:
+    return ServerProcess(("--engine", "fake", "--state", redis_server.url,
+                          "--resume-grace-s", str(GRACE_S), *extra))
+
+
+@pytest.fixture(scope="module")
+def replicas(redis_server: RedisServer) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    with running(replica(redis_server)) as a, running(replica(redis_server)) as b:
+        yield a, b
+
+
+async def uninterrupted(server: ServerProcess, max_tokens: int) -> str:
+    async with Client(server.ws_url) as client:
+        gen = await client.generate(PACED, params={"max_tokens": max_tokens})
+        return await gen.collect()
+
+
+async def test_a_v1_stream_resumes_on_another_replica(
+        replicas: tuple[ServerProcess, ServerProcess]) -> None:
+    a, b = replicas
+    first, resumed, text = await drop_and_resume(a.ws_url, 60, resume_url=b.ws_url)
+    seqs = [d["seq"] for d in first.deltas] + [d["seq"] for d in resumed.deltas]
+    assert seqs == list(range(len(seqs)))  # nothing lost, nothing repeated
+    assert resumed.end is not None and resumed.end["finish_reason"] == "length"
+    assert text == await uninterrupted(a, 60)
+
+
+async def sse_events(response: httpx.Response, until: int | None = None
+                     ) -> list[tuple[int | None, str]]:
+    """(id, data) of each SSE event, up to the one with id `until` (None: to the end)."""
+    out: list[tuple[int | None, str]] = []
+    event_id: int | None = None
+    async for line in response.aiter_lines():
+        if line.startswith("id: "):
+            event_id = int(line[4:])
+        elif line.startswith("data: "):
+            out.append((event_id, line[6:]))
+            if line == "data: [DONE]" or (until is not None and event_id == until):
+                break
+            event_id = None
+    return out
+
+
+def content(events: list[tuple[int | None, str]]) -> str:
+    return "".join(c["choices"][0]["delta"].get("content") or ""
+                   for _, data in events if data != "[DONE]"
+                   for c in [json.loads(data)] if c["choices"])
+
+
+async def test_resumable_sse_resumes_on_another_replica(
+        replicas: tuple[ServerProcess, ServerProcess]) -> None:
+    a, b = replicas
+    body = {"model": "fake", "messages": PACED, "max_tokens": 60, "stream": True,
+            "resumable": True}
+    async with httpx.AsyncClient(timeout=30) as http:
+        async with http.stream("POST", a.url + "/v1/chat/completions", json=body) as r:
+            assert r.status_code == 200
+            token = r.headers["x-stream-token"]
+            before = await sse_events(r, until=4)
+        async with http.stream("GET", f"{b.url}/v1/streams/{token}",
+                               headers={"Last-Event-ID": "4"}) as r:
+            assert r.status_code == 200, await r.aread()
+            after = await sse_events(r)
+    ids = [i for i, _ in before + after if i is not None]
+    assert ids == list(range(len(ids)))  # contiguous across the two replicas
+    chunk_ids = {json.loads(d)["id"] for _, d in before + after if d != "[DONE]"}
+    assert len(chunk_ids) == 1  # one chat.completion.chunk id, whichever replica sent it
+    assert after[-1][1] == "[DONE]"
+    assert content(before) + content(after) == await uninterrupted(a, 60)
+
+
+async def test_a_cancel_sent_to_the_other_replica_stops_the_producer(
+        replicas: tuple[ServerProcess, ServerProcess]) -> None:
+    a, b = replicas
+    async with Client(a.ws_url) as first:
+        gen = await first.generate(PACED, resumable=True, params={"max_tokens": 2000})
+        async for _ in gen:
+            if len(gen.deltas) >= 2:
+                break
+        assert gen.start is not None
+        token, seen = gen.start["stream"], gen.deltas[-1]["seq"]
+    async with Client(b.ws_url) as second:
+        resumed = await second.resume(token, seen, "again")
+        async for _ in resumed:
+            if resumed.deltas:
+                break
+        started = time.monotonic()
+        await resumed.cancel()
+        await resumed.collect()
+        waited = time.monotonic() - started
+    assert resumed.end is not None and resumed.end["finish_reason"] == "cancelled"
+    assert len(resumed.deltas) < 1000  # 2000 paced tokens would take 40 s
+    print(f"cancel on the other replica: the end came after {waited * 1000:.0f} ms")
+
+
+async def test_a_forged_token_is_not_found_on_every_door(
+        replicas: tuple[ServerProcess, ServerProcess]) -> None:
+    _, b = replicas
+    forged = secrets.token_urlsafe(24)
+    async with Client(b.ws_url) as client:
+        gen = await client.resume(forged, -1, "x")
+        with pytest.raises(ServerError) as caught:
+            await gen.collect()
+    assert caught.value.code == "unknown_id"
+    async with httpx.AsyncClient(timeout=10) as http:
+        for token in (forged, "x" * 500, "bad~token!"):
+            r = await http.get(f"{b.url}/v1/streams/{token}")
+            assert r.status_code == 404, r.text
+            assert r.json()["error"]["code"] == "stream_not_found"
+
+
+async def test_a_killed_replica_ends_the_streams_followed_elsewhere(
+        redis_server: RedisServer, replicas: tuple[ServerProcess, ServerProcess]) -> None:
+    _, b = replicas
+    with running(replica(redis_server)) as doomed:
+        async with Client(doomed.ws_url) as first:
+            gen = await first.generate(PACED, resumable=True, params={"max_tokens": 2000})
+            async for _ in gen:
+                if len(gen.deltas) >= 2:
+                    break
+            assert gen.start is not None
+            token, seen = gen.start["stream"], gen.deltas[-1]["seq"]
+        async with Client(b.ws_url) as second:
+            resumed = await second.resume(token, seen, "again")
+            async for _ in resumed:
+                if len(resumed.deltas) >= 3:
+                    break
+            doomed.stop(signal.SIGKILL)
+            killed = time.monotonic()
+            with pytest.raises(ServerError) as caught:
+                await asyncio.wait_for(resumed.collect(), 30)
+            waited = time.monotonic() - killed
+    assert caught.value.code == "replica_lost", caught.value.frame
+    seqs = [d["seq"] for d in resumed.deltas]
+    assert seqs == list(range(seen + 1, seen + 1 + len(seqs)))
+    print(f"SIGKILL of the producer: its follower heard replica_lost after {waited:.1f} s")
+
+
+def test_redis_unreachable_at_start_refuses_to_start() -> None:
+    url = f"redis://:hunter2@127.0.0.1:{free_port()}/0"
+    done = subprocess.run([sys.executable, "-m", "tokenpipe", "serve", "--engine", "fake",
+                           "--port", str(free_port()), "--state", url],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert f"redis://:***@127.0.0.1:{url.rsplit(':', 1)[1]}" in done.stderr, done.stderr
+    assert "hunter2" not in done.stderr
+
+
+async def test_redis_lost_while_serving_costs_only_the_sharing() -> None:
+    with running(RedisServer()) as redis_server, running(replica(redis_server)) as server:
+        async with Client(server.ws_url) as client:
+            live = await client.generate(PACED, resumable=True, params={"max_tokens": 150})
+            async for _ in live:
+                if len(live.deltas) >= 2:
+                    break
+            redis_server.stop(signal.SIGKILL)
+            text = await live.collect()  # the stream in flight goes on
+            assert live.end is not None and len(text) > 0
+            # a new resumable stream runs, and resumes on its own replica
+            _, resumed, _ = await drop_and_resume(server.ws_url, 40)
+            assert resumed.end is not None
+        async with httpx.AsyncClient(timeout=10) as http:
+            health = (await http.get(server.url + "/health")).json()
+            assert health["status"] == "degraded", health
+            assert "state store" in health["state"], health
+            with running(RedisServer(redis_server.port)) as back:
+                deadline = time.monotonic() + 10  # the replica probes it every second
+                while (health := (await http.get(server.url + "/health")).json()).get(
+                        "state"):
+                    assert time.monotonic() < deadline, health
+                    await asyncio.sleep(0.2)
+                assert health["status"] == "ok", health
+                async with Client(server.ws_url) as client:  # streams are logged again
+                    gen = await client.generate(PACED, resumable=True,
+                                                params={"max_tokens": 5})
+                    await gen.collect()
+                with back.client() as r:
+                    assert r.keys("*:log"), "a stream after the outage is not logged"
+        assert server.proc.poll() is None
+
+
+async def test_no_key_outlives_its_stream(redis_server: RedisServer,
+                                          replicas: tuple[ServerProcess, ServerProcess]
+                                          ) -> None:
+    a, b = replicas
+    await drop_and_resume(a.ws_url, 20, resume_url=b.ws_url)
+    with redis_server.client() as r:
+        assert r.dbsize() > 0
+        used = r.info("memory")["used_memory"]
+        deadline = time.monotonic() + GRACE_S + 15
+        while (keys := r.keys("*")):
+            assert time.monotonic() < deadline, [(k, r.pttl(k)) for k in keys]
+            await asyncio.sleep(0.25)
+    print(f"Redis used {used} B with the streams of this module logged; 0 keys "
+          f"{GRACE_S:g} s after their end")
+

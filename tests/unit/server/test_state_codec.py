@@ -1,0 +1,74 @@
+"""The log's event codec (server/state/codec.py): every session event comes back equal,
+and a replayed session gives a reader the deltas the producing session gave its readers."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tokenpipe.errors import ContextOverflow, TokenpipeError
+from tokenpipe.server.state import codec
+from tokenpipe.session import (
+    Delta,
+    Failed,
+    Finished,
+    GenerationSession,
+    Progress,
+    Queued,
+    Started,
+)
+from tokenpipe.types import FinishReason, Part, Timing, TokenLogprob, Usage
+
+USAGE = Usage(12, 30, 4, 2)
+EVENTS = [
+    Queued(3), Queued(0, loading=True), Started("m", 12, "tok"), Started("m", None, None),
+    Progress(512, 2048), Delta(0, "héllo 🎉"), Delta(1, "", "tool_call", 1, "call_1", "f"),
+    Delta(2, '{"a":', "tool_call", 1), Delta(3, "hmm", "reasoning"),
+    Delta(4, "x", logprobs=(TokenLogprob("x", -0.5, b"x", (("x", -0.5, b"x"),
+                                                           ("\ufffd", -2.0, b"\xe3")), 7),)),
+    Finished(FinishReason.LENGTH, USAGE, Timing(1.5, 20.25, 300.0, 88.5), None),
+    Finished(FinishReason.STOP, USAGE, Timing(0, None, 1, None), "END"),
+]
+
+
+@pytest.mark.parametrize("event", EVENTS)
+def test_every_event_comes_back_equal(event: object) -> None:
+    assert codec.decode(codec.encode(event)) == event  # type: ignore[arg-type]
+
+
+def test_a_failure_comes_back_as_its_error_class() -> None:
+    back = codec.decode(codec.encode(Failed(ContextOverflow("too long", param="messages"),
+                                            USAGE)))
+    assert isinstance(back, Failed) and isinstance(back.error, ContextOverflow)
+    assert (back.error.message, back.error.param, back.error.status) == (
+        "too long", "messages", 400)
+    odd = TokenpipeError("?")
+    odd.code = "from_a_newer_replica"
+    again = codec.decode(codec.encode(Failed(odd, USAGE)))
+    assert isinstance(again, Failed) and again.error.code == "from_a_newer_replica"
+
+
+@given(st.lists(st.one_of(st.text(), st.builds(
+    Part, st.text(), st.sampled_from(["content", "reasoning", "tool_call"]),
+    st.integers(0, 3))), max_size=12))
+async def test_a_replayed_session_reads_like_the_producer(pieces: list[str | Part]) -> None:
+    producer = GenerationSession(None, "m", resumable=True)
+    producer.mark_started(5)
+    producer.add_pieces(pieces, len(pieces))
+    producer.finish(FinishReason.STOP)
+    logged = [codec.decode(codec.encode(e)) for e in producer.cursor(-1).poll(merge=False)]
+    replayed = GenerationSession(None, "m", resumable=True)
+    for event in logged:
+        if isinstance(event, Started):
+            replayed.mark_started(event.prompt_tokens)
+        elif isinstance(event, Delta):
+            replayed.replay(event)
+        elif isinstance(event, (Finished, Failed)):
+            replayed.end_with(event)
+    for after in range(-1, producer.next_seq):
+        theirs = [e for e in producer.cursor(after).poll() if isinstance(e, Delta)]
+        ours = [e for e in replayed.cursor(after).poll() if isinstance(e, Delta)]
+        assert ours == theirs
+    with pytest.raises(ValueError):
+        replayed.replay(Delta(producer.next_seq + 5, "a gap"))
