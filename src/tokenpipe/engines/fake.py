@@ -13,6 +13,10 @@ Utf8Decoder as llama.cpp's. Directives in the last message steer one request:
                         than 512 reports its progress after each (EngineProgress), as
                         llama.cpp does for a prompt of more than one chunk
 
+A chat whose last message is the assistant's (a prefill) takes its directives from the
+turn before it; an answer so begun that begins as the script does goes on from there, as a
+model goes on with its own text (tokens counted from where it ends).
+
 Logprobs are scripted too: token i has log-probability -ln 2 - (i % 4) / 4, listed first
 among its alternatives, then made-up ones (`<alt1>`, ...) 2, 3, ... lower (a distribution:
 they sum to under 1).
@@ -40,7 +44,7 @@ from ..types import (
 )
 from .base import PROGRESS_TOKENS, Engine, EngineInfo, EngineOptions, PreparedRequest
 from .kind import EngineKind, Option
-from .prefill import render_with_prefill
+from .prefill import prefill_of, render_with_prefill
 
 SCRIPT = (
     "Hello! Here is a streamed answer.\n\n"
@@ -120,12 +124,20 @@ class FakeEngine(Engine):
 
     async def stream(self, prepared: PreparedRequest) -> AsyncIterator[EngineEvent]:
         request = prepared.request
-        last = request.prompt if request.prompt is not None else request.messages[-1].content  # type: ignore[index]
+        begun = prefill_of(request)  # the answer begun: the directives are the turn's before
+        messages = request.messages or ()
+        if request.prompt is not None:
+            last = request.prompt
+        else:
+            last = messages[-2 if begun is not None and len(messages) > 1 else -1].content
         directives = {m.group(1): float(m.group(2) or 0) for m in _DIRECTIVE.finditer(last)}
         script = self.script_ids
         if "echo" in directives:
             script = fake_tokenize(_DIRECTIVE.sub("", last).strip().encode()) or script
         n_script = int(directives.get("tokens", len(script)))
+        # an answer begun as this script would have begun it goes on from there, as a
+        # model goes on with its own text (a take-over, server/state/)
+        skip, rest = _resume_point(script, (begun or "").encode())
         fail_after = int(directives["fail_after"]) if "fail_after" in directives else None
         pace = directives.get("pace_ms", self.pace_ms) / 1000.0
         yield EngineStart(prepared.prompt_tokens)
@@ -138,8 +150,10 @@ class FakeEngine(Engine):
         decoder = Utf8Decoder()
         top = request.params.logprobs
         scored: list[TokenLogprob] = []  # until the text that completes them
-        produced = 0
-        limit = min(prepared.max_tokens, n_script)
+        produced = skip
+        limit = min(skip + prepared.max_tokens, n_script)
+        if rest:  # the bytes of a token the answer begun ends inside (counted then)
+            yield EngineText(decoder.feed(rest), tokens=0)
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         while produced < limit:
@@ -148,10 +162,10 @@ class FakeEngine(Engine):
             # that is due, back to back, as an engine thread's queue would.
             due = 1
             if pace > 0:
-                wait = t0 + (produced + 1) * pace - loop.time()
+                wait = t0 + (produced - skip + 1) * pace - loop.time()
                 if wait > 0:
                     await asyncio.sleep(wait)
-                due = max(1, int((loop.time() - t0) / pace) - produced)
+                due = max(1, int((loop.time() - t0) / pace) - (produced - skip))
             else:
                 await asyncio.sleep(0)  # full speed: one token per turn of the event loop
             for _ in range(min(due, limit - produced)):
@@ -172,6 +186,21 @@ class FakeEngine(Engine):
             yield EngineText(tail, tokens=0, logprobs=tuple(scored))
         reason = FinishReason.STOP if produced >= n_script else FinishReason.LENGTH
         yield EngineFinish(reason, Usage(prepared.prompt_tokens, produced))
+
+
+def _resume_point(script: list[int], begun: bytes) -> tuple[int, bytes]:
+    """Where the script goes on after an answer begun with `begun`: (tokens done, the rest
+    of the token it ends inside); (0, b"") when the script does not begin so."""
+    done, i, n = 0, 0, len(script)
+    while done < len(begun):
+        piece = fake_token_bytes(script[i % n])
+        if begun[done:done + len(piece)] != piece[:len(begun) - done]:
+            return 0, b""
+        if done + len(piece) > len(begun):
+            return i + 1, piece[len(begun) - done:]
+        done += len(piece)
+        i += 1
+    return i, b""
 
 
 def _scripted(piece: bytes, i: int, top: int) -> TokenLogprob:

@@ -38,7 +38,9 @@ class Runtime:
         else:
             from .state import shared_store
 
-            self.resumable = shared_store(s.state, s.resume_grace_s, s.state_prefix)
+            store = shared_store(s.state, s.resume_grace_s, s.state_prefix)
+            store.start = lambda request, api: self.models.start(request, api=api)
+            self.resumable = store
 
     def limits(self) -> dict[str, int]:
         """The default model's limits, for tokenpipe.v1's hello."""

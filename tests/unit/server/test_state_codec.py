@@ -3,6 +3,8 @@ and a replayed session gives a reader the deltas the producing session gave its 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -72,3 +74,46 @@ async def test_a_replayed_session_reads_like_the_producer(pieces: list[str | Par
         assert ours == theirs
     with pytest.raises(ValueError):
         replayed.replay(Delta(producer.next_seq + 5, "a gap"))
+
+
+def test_a_request_comes_back_equal() -> None:
+    from tokenpipe.types import (
+        GenerationRequest,
+        Message,
+        OutputFormat,
+        SamplingParams,
+        Tool,
+        ToolCall,
+        ToolChoice,
+    )
+
+    requests = [
+        GenerationRequest(prompt="Once upon", params=SamplingParams(max_tokens=9, seed=3)),
+        GenerationRequest(
+            messages=(Message("system", "be brief"), Message("user", "héllo 🎉"),
+                      Message("assistant", "", (ToolCall("c1", "f", '{"a":1}'),)),
+                      Message("tool", "42", tool_call_id="c1")),
+            params=SamplingParams(temperature=0.7, top_p=0.9, stop=("END",), logprobs=2,
+                                  given=frozenset({"temperature", "stop"})),
+            model="m", format=OutputFormat("json_schema", '{"type":"object"}', "x", True),
+            tools=(Tool("f", "a function", '{"type":"object"}'),),
+            tool_choice=ToolChoice("function", "f", False), split_reasoning=True,
+            reasoning_budget=64),
+    ]
+    for request in requests:
+        back = codec.decode_request(codec.encode_request(request))
+        assert back == request and back.params.given == request.params.given
+
+
+def test_the_request_codec_knows_every_field() -> None:
+    """A field added to GenerationRequest or SamplingParams must be added to the codec:
+    a take-over would run the request without it."""
+    import dataclasses
+
+    from tokenpipe.types import GenerationRequest, SamplingParams
+
+    assert {f.name for f in dataclasses.fields(GenerationRequest)} == {
+        "messages", "prompt", "params", "model", "format", "tools", "tool_choice",
+        "split_reasoning", "reasoning_budget"}
+    assert {f.name for f in dataclasses.fields(SamplingParams)} == set(
+        json.loads(codec.encode_request(GenerationRequest(prompt="x")))["params"])

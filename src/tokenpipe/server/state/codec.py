@@ -1,7 +1,9 @@
-"""Session events as JSON, for a log another process replays (the Redis resume store):
-`encode(event) -> str`, `decode(str) -> event`, each event type its own short tag. What
-a reader of the log sees is what a reader of the session saw: the same seq for the same
-text, channel, call and logprobs, the same final event."""
+"""Session events and requests as JSON, for a log another process replays (the Redis
+resume store): `encode(event) -> str`, `decode(str) -> event`, each event type its own
+short tag; `encode_request` / `decode_request` for the request a replica taking a stream
+over runs again. What a reader of the log sees is what a reader of the session saw: the
+same seq for the same text, channel, call and logprobs, the same final event. JSON, never
+pickle: whoever can write to Redis must not be able to run code in a replica."""
 
 from __future__ import annotations
 
@@ -15,11 +17,18 @@ from ...types import (
     Failed,
     Finished,
     FinishReason,
+    GenerationRequest,
+    Message,
+    OutputFormat,
     Progress,
     Queued,
+    SamplingParams,
     Started,
     Timing,
     TokenLogprob,
+    Tool,
+    ToolCall,
+    ToolChoice,
     Usage,
 )
 
@@ -109,3 +118,46 @@ def _ERROR_CLASSES() -> dict[str, type[TokenpipeError]]:  # a table
         out.setdefault(cls.code, cls)
         todo.extend(cls.__subclasses__())
     return out
+
+
+def encode_request(request: GenerationRequest) -> str:
+    p = request.params
+    data: dict[str, Any] = {
+        "params": {"max_tokens": p.max_tokens, "temperature": p.temperature,
+                   "top_p": p.top_p, "top_k": p.top_k, "min_p": p.min_p,
+                   "repetition_penalty": p.repetition_penalty,
+                   "presence_penalty": p.presence_penalty,
+                   "frequency_penalty": p.frequency_penalty, "seed": p.seed,
+                   "stop": list(p.stop), "logprobs": p.logprobs, "given": sorted(p.given)},
+        "model": request.model, "prompt": request.prompt,
+        "tools": [[t.name, t.description, t.parameters] for t in request.tools],
+        "tool_choice": [request.tool_choice.mode, request.tool_choice.name,
+                        request.tool_choice.parallel],
+        "split_reasoning": request.split_reasoning,
+        "reasoning_budget": request.reasoning_budget,
+    }
+    if request.messages is not None:
+        data["messages"] = [[m.role, m.content, [[c.id, c.name, c.arguments]
+                                                 for c in m.tool_calls], m.tool_call_id]
+                            for m in request.messages]
+    f = request.format
+    if f is not None:
+        data["format"] = [f.kind, f.schema, f.name, f.strict]
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def decode_request(text: str | bytes) -> GenerationRequest:
+    data = json.loads(text)
+    p = data["params"]
+    params = SamplingParams(**{**p, "stop": tuple(p["stop"]), "given": frozenset(p["given"])})
+    messages = None
+    if "messages" in data:
+        messages = tuple(Message(role, content, tuple(ToolCall(*c) for c in calls), call_id)
+                         for role, content, calls, call_id in data["messages"])
+    mode, name, parallel = data["tool_choice"]
+    return GenerationRequest(
+        messages=messages, prompt=data["prompt"], params=params, model=data["model"],
+        format=OutputFormat(*data["format"]) if "format" in data else None,
+        tools=tuple(Tool(*t) for t in data["tools"]),
+        tool_choice=ToolChoice(mode, name, parallel),
+        split_reasoning=data["split_reasoning"], reasoning_budget=data["reasoning_budget"])

@@ -1,15 +1,17 @@
 """The resume store shared by replicas (`--state redis://HOST:PORT/DB`): every resumable
 stream this replica produces is logged in Redis as it is read, so a client that reconnects
-to any replica resumes it from its last seq, nothing lost and nothing repeated.
+to any replica resumes it from its last seq, nothing lost and nothing repeated; and a
+stream whose replica died is taken over by the replica its client resumes on.
 
 Keys, under `--state-prefix` (default `tokenpipe`), per stream token:
 - `P:TOKEN:log`, a Redis Stream: one entry per batch of session events as the producing
-  session sealed them (server/state/codec.py), appended by this replica's mirror task;
+  session sealed them (server/state/codec.py) and its completion tokens so far;
 - `P:TOKEN:meta`, a hash: the stream id its reader calls it by, the model, the SSE
-  rendering (chunk id, created) so every replica renders a resume alike;
-- `P:TOKEN:lease`, held by the producing replica while the generation runs (a short
-  expiry, renewed): a follower that sees it lapse before the final event knows the
-  producer died;
+  rendering (chunk id, created) so every replica renders a resume alike, and the request
+  with its resolved max_tokens, for a take-over;
+- `P:TOKEN:lease`, the producing replica's id, with a short expiry it renews: only the
+  holder appends to the log (a Lua check-and-append), and a follower that finds it lapsed
+  before the final event takes the stream over (SET NX);
 - `P:TOKEN:reader`, set by a replica whose client reads the stream there: the producing
   replica then does not cancel it when its own reader's grace period ends;
 - `P:TOKEN:cancel`, set by a replica whose client cancels it there: the producer cancels.
@@ -19,14 +21,20 @@ outlives its stream by more than that.
 Elsewhere a stream is replayed into a local session (GenerationSession.replay), whose
 cursors every door reads as it reads a local one: the doors do not know which it is.
 
-What is not here yet (issue 29): a replica that dies mid-stream is not taken over (the
-stream ends with `replica_lost` where another replica follows it); background Responses
-and stored Responses stay per replica."""
+A take-over runs the request again with the logged text as the answer begun (an
+assistant prefill; a raw prompt with the text appended), the same seed and what is left
+of max_tokens, and appends to the same log from the next seq. Greedy and seeded answers
+that depend on the request alone (docs/determinism.md) continue as the dead replica would
+have, unless re-tokenizing the text gives other tokens than the model produced. Streams
+with reasoning, tool calls, logprobs or an output format are not continued (they end with
+`replica_lost`), nor are background and stored Responses (per replica)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import json
 import logging
 import re
@@ -49,6 +57,7 @@ from ...session import (
     Queued,
     Started,
 )
+from ...types import GenerationRequest, Message, Usage
 from ..resumable import Held, LocalResumeStore
 from . import codec
 
@@ -56,102 +65,140 @@ log = logging.getLogger("tokenpipe.state")
 LEASE_S = 3.0  # the producer's lease; renewed every LEASE_S / 3
 RETRY_S = 1.0  # Redis away: how often the probe tries it again
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{16,64}")  # what secrets.token_urlsafe makes
+Start = Callable[[GenerationRequest, str], Awaitable[GenerationSession]]
+
+# KEYS: lease, log, meta; ARGV: replica, events, tokens, ttl ms. 1: appended, 0: not ours
+_APPEND = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('XADD', KEYS[2], '*', 'e', ARGV[2], 'n', ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+redis.call('PEXPIRE', KEYS[3], ARGV[4])
+return 1
+"""
+# KEYS: lease, log, meta, cancel; ARGV: replica, lease ms, ttl ms. -1: not ours, else
+# whether a cancel was asked for
+_RENEW = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
+return redis.call('EXISTS', KEYS[4])
+"""
 
 
 class RedisResumeStore(LocalResumeStore):
     """LocalResumeStore whose streams are logged in Redis, and found there when another
-    replica produced them (ResumeStore)."""
+    replica produced them (ResumeStore). `start` runs a request here (the one start,
+    ModelRegistry.start): set by the runtime, a take-over needs it."""
 
-    def __init__(self, grace_s: float, url: str, prefix: str = "tokenpipe",
-                 on_failure: Callable[[str | None], None] | None = None) -> None:
+    def __init__(self, grace_s: float, url: str, prefix: str = "tokenpipe") -> None:
         super().__init__(grace_s)
         self.url, self.prefix = url, prefix
         self.redis = aioredis.from_url(url, socket_connect_timeout=2, socket_timeout=None)
+        self._append = self.redis.register_script(_APPEND)
+        self._renew = self.redis.register_script(_RENEW)
         self.replica = secrets.token_hex(6)  # this process, as leases name it
-        self._tasks: dict[str, asyncio.Task[None]] = {}  # mirrors and followers, by token
+        self.start: Start | None = None
+        self._tasks: dict[str, asyncio.Task[None]] = {}  # by "what:token"
         self._replayed: set[str] = set()  # the tokens whose session replays another's log
         self._replays: weakref.WeakSet[GenerationSession] = weakref.WeakSet()
-        self._on_failure = on_failure or (lambda reason: None)
-        self.failure: str | None = None  # the last Redis error while serving; None: fine
+        self.failure: str | None = None  # why Redis is out of use now; None: in use
         self._abandoned: set[str] = set()  # streams whose log lost a batch (Redis away)
-
-    async def start(self) -> None:
-        """Checks that Redis answers; RuntimeError naming the URL otherwise."""
-        try:
-            await self.redis.ping()
-        except (RedisError, OSError) as exc:
-            raise RuntimeError(f"cannot reach the state store {_safe(self.url)}: {exc}") from exc
+        self.taken_over = 0  # streams this replica took over from a dead one
 
     def _key(self, token: str, what: str) -> str:
         return f"{self.prefix}:{token}:{what}"
+
+    def _ttl_ms(self, live: bool) -> int:
+        return int((self.grace_s + (LEASE_S * 4 if live else 0)) * 1000)
 
     # ---- the producing replica ------------------------------------------------------------
     def keep(self, held: Held) -> None:
         super().keep(held)
         token = held.session.stream_token
         assert token is not None
-        if held.session not in self._replays and token not in self._tasks:
-            self._spawn(token, self._mirror(held))
+        if held.session not in self._replays and f"mirror:{token}" not in self._tasks:
+            self._spawn(f"mirror:{token}", self._mirror(held))
 
-    async def _mirror(self, held: Held) -> None:
+    async def _mirror(self, held: Held, after: int = -1, taken: bool = False) -> None:
         """Logs the session's events in Redis as they are sealed (a follower's cursor:
-        what it takes, every reader gets with the same seq), renewing the lease."""
+        what it takes, every reader gets with the same seq), holding the lease; `taken`:
+        a stream this replica took over, logged from after seq `after` (its log and meta
+        are there, its lease held)."""
         session = held.session
         token = session.stream_token
         assert token is not None
-        cursor = session.cursor(-1, progress=True)
-        lease = asyncio.create_task(self._hold_lease(token, session))
-        log_key, meta_key = self._key(token, "log"), self._key(token, "meta")
-        wrote_meta = logged = False
+        cursor = session.cursor(after, progress=not taken)
+        keys = [self._key(token, "lease"), self._key(token, "log"), self._key(token, "meta")]
+        lease: asyncio.Task[None] | None = None
         try:
             while not cursor.finished:
-                events = [e for e in await cursor.next(merge=False) if not isinstance(e, Queued)]
+                events = [e for e in await cursor.next(merge=False) if not isinstance(
+                    e, Queued) and not (taken and isinstance(e, Started | Progress))]
                 if not events:
                     continue
-                pipe = self.redis.pipeline(transaction=False)
-                if not wrote_meta:
-                    pipe.hset(meta_key, mapping=_meta(held))
-                    wrote_meta = True
-                pipe.xadd(log_key, {"e": "[" + ",".join(map(codec.encode, events)) + "]"})
-                ttl = self.grace_s if cursor.finished else self.grace_s + LEASE_S * 4
-                pipe.pexpire(log_key, int(ttl * 1000))
-                pipe.pexpire(meta_key, int(ttl * 1000))
-                if await self._safely(pipe.execute, f"logging stream {token[:6]}…") is None:
-                    # a batch missing from the log: the stream is this replica's alone now
-                    # (its keys go once Redis is back: the probe deletes them)
-                    self._abandoned.add(token)
+                if lease is None:
+                    if not taken and not await self._open_log(held, keys):
+                        return
+                    lease = asyncio.create_task(self._hold_lease(token, session))
+                batch = "[" + ",".join(map(codec.encode, events)) + "]"
+                args: list[str | int] = [self.replica, batch, session.completion_tokens,
+                                         self._ttl_ms(live=not cursor.finished)]
+                done = await self._safely(functools.partial(self._append, keys, args),
+                                          f"logging stream {token[:6]}…")
+                if done is None:  # a batch missing from the log: this replica's alone now
+                    self._abandoned.add(token)  # (the probe deletes its keys)
                     return
-                logged = True
+                if done == 0:
+                    log.warning("stream %s… was taken over by another replica; no longer "
+                                "logged from here", token[:6])
+                    return
         finally:
             cursor.close()
-            lease.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await lease
-            if logged and session.final is not None and token not in self._abandoned:
-                await self._safely(lambda: self.redis.delete(self._key(token, "lease")),
-                                   "releasing a lease")
+            if lease is not None:
+                lease.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await lease
+                if session.final is not None and token not in self._abandoned:
+                    await self._safely(lambda: self._release(token), "releasing a lease")
+
+    async def _open_log(self, held: Held, keys: list[str]) -> bool:
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(keys[0], self.replica, px=int(LEASE_S * 1000))
+        pipe.hset(keys[2], mapping=_meta(held))
+        pipe.pexpire(keys[2], self._ttl_ms(live=True))
+        token = held.session.stream_token
+        assert token is not None
+        if await self._safely(pipe.execute, f"opening the log of {token[:6]}…") is None:
+            self._abandoned.add(token)
+            return False
+        return True
+
+    async def _release(self, token: str) -> None:
+        lease = self._key(token, "lease")
+        if await self.redis.get(lease) == self.replica.encode():
+            await self.redis.delete(lease)
 
     async def _hold_lease(self, token: str, session: GenerationSession) -> None:
         """While the generation runs: the lease renewed, the log's expiry pushed on (a
         queued stream writes nothing for a while), and a cancel sent by a client that reads
         it on another replica carried out."""
-        ttl_ms = int((self.grace_s + LEASE_S * 4) * 1000)
+        keys = [self._key(token, what) for what in ("lease", "log", "meta", "cancel")]
         while session.final is None:
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.set(self._key(token, "lease"), self.replica, px=int(LEASE_S * 1000))
-            pipe.pexpire(self._key(token, "log"), ttl_ms)
-            pipe.pexpire(self._key(token, "meta"), ttl_ms)
-            pipe.exists(self._key(token, "cancel"))
-            done = await self._safely(pipe.execute, "renewing a lease")
-            if done and done[-1]:
+            await asyncio.sleep(LEASE_S / 3)
+            state = await self._safely(lambda: self._renew(keys=keys, args=[
+                self.replica, int(LEASE_S * 1000), self._ttl_ms(live=True)]),
+                "renewing a lease")
+            if state == -1:
+                return
+            if state == 1:
                 log.info("stream %s… cancelled by a client on another replica", token[:6])
                 session.cancel()
-            await asyncio.sleep(LEASE_S / 3)
 
     def _expire(self, token: str) -> None:
         """The grace period here ended: cancelled unless a client reads it elsewhere."""
         if token in self._replayed:
-            self._tasks.pop(token, asyncio.Future()).cancel()
+            self._cancel_task(f"follow:{token}")
             self._replayed.discard(token)
             super()._expire(token)  # a replayed session: only its local copy goes
             return
@@ -179,15 +226,15 @@ class RedisResumeStore(LocalResumeStore):
         session = GenerationSession(None, fields["model"], resumable=True, api=fields["api"])
         session.stream_token = token
         held = Held(session, fields["stream_id"], sse=_origin(fields))
-        follower = _Follower(self, held)
-        session.bind_cancel(lambda: self._spawn(f"cancel:{token}", self._cancel_there(token)))
+        follower = _Follower(self, held, fields)
         await follower.catch_up(after)
         if token in self._held:  # found by another resume meanwhile
             return self._held[token]
         self._replayed.add(token)
         self._replays.add(session)
         super().keep(held)
-        self._spawn(token, follower.follow())
+        session.bind_cancel(lambda: self._spawn(f"cancel:{token}", self._cancel_there(token)))
+        self._spawn(f"follow:{token}", follower.follow())
         return held
 
     def take_over(self, token: str, after: int, reader: Any, **kwargs: Any) -> Cursor:
@@ -207,12 +254,56 @@ class RedisResumeStore(LocalResumeStore):
                                                   px=int((self.grace_s + LEASE_S) * 1000)),
                            "cancelling a stream on its replica")
 
+    async def _continue(self, held: Held, fields: dict[str, str], tokens: int) -> None:
+        """This replica holds the lease of a stream whose producer died: runs it again from
+        where the log ends, as its producer now (module docstring)."""
+        session, token = held.session, held.session.stream_token
+        assert token is not None
+        request = _continuation(session, fields, tokens)
+        if request is None or self.start is None:
+            await self._safely(lambda: self._release(token), "releasing a lease")
+            return session.end_with(Failed(ReplicaLost(
+                "the replica producing this stream stopped before it ended"),
+                session.usage()))
+        log.info("stream %s… taken over from a stopped replica at seq %d", token[:6],
+                 session.next_seq)
+        self.taken_over += 1
+        self._replayed.discard(token)
+        base, prompt_tokens = session.next_seq, session.prompt_tokens or 0
+        try:
+            run = await self.start(request, session.api)
+        except Exception as exc:  # refused here (a model this replica does not serve)
+            error = exc if isinstance(exc, ReplicaLost) else ReplicaLost(
+                f"the replica producing this stream stopped, and continuing it here "
+                f"failed: {exc}")
+            session.end_with(Failed(error, session.usage()))
+            await self._safely(lambda: self._release(token), "releasing a lease")
+            return
+        session.bind_cancel(run.cancel)
+        self._spawn(f"mirror:{token}", self._mirror(held, after=base - 1, taken=True))
+        cursor = run.cursor()
+        try:
+            async for event in cursor:
+                if isinstance(event, Delta):
+                    session.replay(dataclasses.replace(event, seq=base + event.seq))
+                elif isinstance(event, Finished | Failed):
+                    usage = Usage(prompt_tokens, tokens + event.usage.completion_tokens)
+                    session.end_with(dataclasses.replace(event, usage=usage))
+        finally:
+            cursor.close()
+            run.cancel()
+
     # ---- both ---------------------------------------------------------------------------
     def _spawn(self, name: str, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
         self._tasks[name] = task
         task.add_done_callback(lambda t: self._tasks.pop(name, None) if self._tasks.get(
             name) is t else None)
+
+    def _cancel_task(self, name: str) -> None:
+        task = self._tasks.pop(name, None)
+        if task is not None:
+            task.cancel()
 
     async def _safely(self, call: Callable[[], Awaitable[Any]], what: str) -> Any:
         """A Redis call whose failure costs the shared state, never a stream: None when it
@@ -229,7 +320,6 @@ class RedisResumeStore(LocalResumeStore):
                             "on this replica only until it is back", _safe(self.url), what,
                             exc)
                 self.failure = f"state store unreachable: {exc}"
-                self._on_failure(self.failure)
                 self._spawn("probe", self._probe())
             return None
 
@@ -248,7 +338,6 @@ class RedisResumeStore(LocalResumeStore):
                 continue
             log.info("state store %s reachable again", _safe(self.url))
             self.failure = None
-            self._on_failure(None)
             return
 
     def close(self) -> None:
@@ -266,12 +355,14 @@ class RedisResumeStore(LocalResumeStore):
 class _Follower:
     """Feeds a replayed session from the log: what is there now (catch_up), then each
     batch as the producer appends it (follow), until the final event; while a client
-    reads it here, the producer is told so (the reader key)."""
+    reads it here, the producer is told so (the reader key); when the producer's lease
+    lapses first, this replica takes the stream over."""
 
-    def __init__(self, store: RedisResumeStore, held: Held) -> None:
-        self.store, self.held, self.session = store, held, held.session
+    def __init__(self, store: RedisResumeStore, held: Held, fields: dict[str, str]) -> None:
+        self.store, self.held, self.session, self.fields = store, held, held.session, fields
         self.token = held.session.stream_token or ""
         self.last_id = b"0"
+        self.tokens = 0  # the producer's completion tokens at the last batch
         self.key = store._key(self.token, "log")
 
     async def catch_up(self, after: int, wait_s: float = 2.0) -> None:
@@ -289,22 +380,25 @@ class _Follower:
 
     async def follow(self) -> None:
         store, loop = self.store, asyncio.get_running_loop()
-        marked = quiet = 0.0
+        marked = 0.0
+        lease = store._key(self.token, "lease")
         while self.session.final is None:
             if self.held.reader is not None and loop.time() - marked > store.grace_s / 3:
                 marked = loop.time()
                 await store.mark_read(self.token)
-            if await self._read(int(LEASE_S * 1000)):
-                quiet = 0.0
+            if await self._read(int(LEASE_S * 1000 / 3)):
                 continue
-            quiet += LEASE_S
-            alive = await store._safely(
-                lambda: store.redis.exists(store._key(self.token, "lease")),
-                "checking a stream's producer")
-            if alive == 0:  # None: Redis is away, keep waiting
-                self.session.end_with(Failed(ReplicaLost(
-                    "the replica producing this stream stopped before it ended"),
-                    self.session.usage()))
+            alive = await store._safely(lambda: store.redis.exists(lease),
+                                        "checking a stream's producer")
+            if alive != 0:  # None: Redis is away, keep waiting
+                continue
+            got = await store._safely(lambda: store.redis.set(
+                lease, store.replica, nx=True, px=int(LEASE_S * 1000)), "taking a lease")
+            if got:
+                await self._read(1)  # what the producer logged before its lease lapsed
+                if self.session.final is None:
+                    return await store._continue(self.held, self.fields, self.tokens)
+                await store._safely(lambda: store._release(self.token), "releasing a lease")
 
     async def _read(self, block_ms: int) -> bool:
         """Blocks up to block_ms for new batches; whether any came."""
@@ -323,6 +417,7 @@ class _Follower:
         session = self.session
         for entry_id, fields in entries:
             self.last_id = entry_id
+            self.tokens = int(fields.get(b"n", b"0"))
             for data in json.loads(fields[b"e"]):
                 event = codec.decode(json.dumps(data))
                 if isinstance(event, Delta):
@@ -338,17 +433,48 @@ class _Follower:
                     session.mark_started(event.prompt_tokens)
                 elif isinstance(event, Progress):
                     session.set_progress(event.done, event.total)
-                elif isinstance(event, (Finished, Failed)):
+                elif isinstance(event, Finished | Failed):
                     session.end_with(event)
+
+
+def _continuation(session: GenerationSession, fields: dict[str, str],
+                  tokens: int) -> GenerationRequest | None:
+    """The request that goes on from the logged text, or None where a continuation would
+    not be the same answer (module docstring)."""
+    if "request" not in fields:
+        return None
+    request = codec.decode_request(fields["request"])
+    if request.format is not None or request.params.logprobs is not None or (
+            request.tools and request.tool_choice.mode != "none"):
+        return None
+    left = int(fields["max_tokens"]) - tokens
+    cursor = session.cursor(-1)
+    deltas = [d for d in cursor.poll() if isinstance(d, Delta)]
+    cursor.close()
+    if left <= 0 or any(d.channel != "content" for d in deltas):
+        return None
+    text = "".join(d.text for d in deltas)
+    params = dataclasses.replace(request.params, max_tokens=left,
+                                 given=request.params.given | {"max_tokens"})
+    if request.prompt is not None:
+        return dataclasses.replace(request, prompt=request.prompt + text, params=params)
+    messages = list(request.messages or ())
+    if messages and messages[-1].role == "assistant" and not messages[-1].tool_calls:
+        messages[-1] = dataclasses.replace(messages[-1], content=messages[-1].content + text)
+    elif text:
+        messages.append(Message("assistant", text))
+    return dataclasses.replace(request, messages=tuple(messages), params=params)
 
 
 def _meta(held: Held) -> dict[Any, str]:
     session = held.session
     out: dict[Any, str] = {"stream_id": held.stream_id, "model": session.model,
-                                          "api": session.api}
-    scored = (not session.loading
-              and session.prepared.request.params.logprobs is not None)
-    out["scored"] = "1" if scored else ""
+                           "api": session.api}
+    if not session.loading:
+        prepared = session.prepared
+        out["scored"] = "1" if prepared.request.params.logprobs is not None else ""
+        out["request"] = codec.encode_request(prepared.request)
+        out["max_tokens"] = str(prepared.max_tokens)
     sse = held.sse
     shape = getattr(sse, "shape", None)
     if shape is not None:
