@@ -136,13 +136,15 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, args: tuple[str, ...], env: dict[str, str] | None = None) -> None:
-        self.port = free_port()
+    def __init__(self, args: tuple[str, ...], env: dict[str, str] | None = None, *,
+                 port: int | None = None) -> None:
+        self.args, self.env = args, env
+        self.port = port or free_port()  # a port: the same replica again, after a restart
         self.url = f"http://127.0.0.1:{self.port}"
         self.ws_url = f"ws://127.0.0.1:{self.port}/ws"
         LOGS.mkdir(parents=True, exist_ok=True)
         self.log_path = LOGS / f"server-{self.port}.log"
-        self._log = self.log_path.open("wb")
+        self._log = self.log_path.open("ab" if port else "wb")
         cmd = [sys.executable, "-m", "tokenpipe", "serve", "--port", str(self.port), *args]
         # stored Responses in the test logs, not the user's data directory (a test that
         # restarts a server on one store passes --responses-db, which wins)

@@ -10,6 +10,7 @@ refuses to start, lost while serving costs only the sharing; every key expires."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -24,6 +25,7 @@ import httpx
 import pytest
 
 from tests.conftest import ServerProcess, drop_and_resume, free_port, running
+from tests.e2e.nginx import Nginx
 from tests.e2e.redis_server import RedisServer
 from tokenpipe.client import Client, ServerError
 
@@ -49,9 +51,10 @@ def replicas(redis_server: RedisServer) -> Iterator[tuple[ServerProcess, ServerP
         yield a, b
 
 
-async def uninterrupted(server: ServerProcess, max_tokens: int) -> str:
+async def uninterrupted(server: ServerProcess, max_tokens: int,
+                        messages: list[dict[str, str]] = PACED) -> str:
     async with Client(server.ws_url) as client:
-        gen = await client.generate(PACED, params={"max_tokens": max_tokens})
+        gen = await client.generate(messages, params={"max_tokens": max_tokens})
         return await gen.collect()
 
 
@@ -224,6 +227,59 @@ async def test_a_killed_replica_s_greedy_answer_is_continued_on_the_real_model(
     print(f"taken over at seq {taken[1]} of {len(gen.deltas) + len(resumed.deltas)} deltas; "
           f"equal to the uninterrupted answer: {text == whole}")
     assert text == whole
+
+
+async def test_a_rolling_restart_behind_nginx_breaks_no_stream() -> None:
+    """docs/deployment.md's nginx in front of two replicas; resumable streams through it
+    from tokenpipe.client; each replica in turn gets SIGTERM (its answers cannot finish in
+    its shutdown grace: they are handed over, their sockets closed with 1012) and starts
+    again on its port. Every client resumes by itself through nginx and every answer
+    equals the uninterrupted one."""
+    # the default resume grace (30 s), not this module's short one: a stream may wait
+    # out a restart before its client resumes it
+    args = ("--shutdown-grace-s", "0.3", "--resume-grace-s", "30")
+    max_tokens, clients = 110, 8
+    slow = [{"role": "user", "content": "[[pace_ms=90]]"}]  # 10 s: every restart in it
+    # its own Redis: its keys live 30 s (the module's last test checks they expire)
+    with running(RedisServer()) as redis_server, contextlib.ExitStack() as stack:
+        servers = [stack.enter_context(running(replica(redis_server, *args)))
+                   for _ in range(2)]
+        stack.callback(lambda: [s.stop() for s in servers])  # those started again too
+        nginx = stack.enter_context(running(Nginx([s.port for s in servers])))
+        reference = await uninterrupted(servers[0], max_tokens, slow)
+
+        gaps: list[float] = []
+
+        async def one() -> tuple[str, int]:
+            async with Client(nginx.ws_url) as client:
+                gen = await client.generate(slow, resumable=True,
+                                            params={"max_tokens": max_tokens})
+                last = time.monotonic()
+                async for _ in gen:
+                    gaps.append(time.monotonic() - last)
+                    last = time.monotonic()
+                return gen.text, gen.resumes
+
+        started = time.monotonic()
+        runs = [asyncio.create_task(one()) for _ in range(clients)]
+        await asyncio.sleep(0.5)
+        for i in (0, 1, 0):  # the one serving the streams is hit at least twice
+            server = servers[i]
+            await asyncio.to_thread(server.stop, signal.SIGTERM)  # hands over, 1012
+            servers[i] = ServerProcess(server.args, port=server.port)
+            await asyncio.to_thread(servers[i].wait_ready)
+            await asyncio.sleep(0.3)
+        restarted = time.monotonic() - started
+        results = await asyncio.gather(*runs, return_exceptions=True)
+        ended = time.monotonic() - started
+    broken = [r for r in results if isinstance(r, BaseException) or r[0] != reference]
+    resumes = sum(r[1] for r in results if not isinstance(r, BaseException))
+    print(f"rolling restart of 2 replicas (3 restarts) under {clients} streams: "
+          f"{len(broken)} broken, {resumes} resumes by the client; restarts done after "
+          f"{restarted:.1f} s, streams after {ended:.1f} s; the longest wait for a delta "
+          f"{max(gaps):.1f} s")
+    assert not broken, broken[:2]
+    assert resumes >= 2 * clients
 
 
 def test_redis_unreachable_at_start_refuses_to_start() -> None:

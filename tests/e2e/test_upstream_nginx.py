@@ -3,82 +3,29 @@ replicas (openai engine) in front of one tokenpipe upstream on the fake engine."
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import re
-import shutil
-import subprocess
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import websockets
 
-from tests.conftest import ROOT, ServerProcess, drop_and_resume, free_port
+from tests.conftest import ServerProcess, drop_and_resume, running
+from tests.e2e.nginx import Nginx
 from tokenpipe.client import Client
 from tokenpipe.engines.fake import SCRIPT
 
 pytestmark = pytest.mark.e2e
 
-NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
-GUIDE = ROOT / "docs" / "deployment.md"
-
-
-def guide_config() -> str:
-    """The nginx block the guide marks as tested."""
-    text = GUIDE.read_text()
-    after = text[text.index("<!-- nginx-config"):]
-    found = re.search(r"```nginx\n(.*?)```", after, re.DOTALL)
-    assert found, "docs/deployment.md lost its nginx block"
-    return found.group(1)
-
-
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    if not Path(NGINX).is_file():
-        pytest.fail("nginx is not installed: scripts/setup.sh --test installs nginx-light "
-                    "to check the guide's configuration")
-    upstream = ServerProcess(("--engine", "fake"))
-    upstream.wait_ready()
-    replicas = [ServerProcess(("--engine", "openai", "--upstream", upstream.url,
-                               "--model-id", f"chat-{i}")) for i in range(2)]
-    for replica in replicas:
-        replica.wait_ready()
-    port = free_port()
-    servers = iter(r.port for r in replicas)
-    block = re.sub(r"server 10\.0\.1\.\d+:8000",
-                   lambda _: f"server 127.0.0.1:{next(servers)}", guide_config())
-    block = block.replace("listen 80;", f"listen 127.0.0.1:{port};")
-    tmp = tmp_path_factory.mktemp("nginx")
-    temps = "\n".join(f"  {kind}_temp_path {tmp}/{kind};"
-                      for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-    (tmp / "nginx.conf").write_text(
-        ("user root;\n" if os.geteuid() == 0 else "")
-        + f"daemon off;\nworker_processes 1;\npid {tmp}/nginx.pid;\n"
-        f"error_log {tmp}/error.log info;\nevents {{ worker_connections 256; }}\n"
-        f"http {{\n  access_log {tmp}/access.log;\n{temps}\n{block}\n}}\n")
-    nginx = subprocess.Popen([NGINX, "-p", str(tmp), "-c", str(tmp / "nginx.conf")],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert nginx.poll() is None, (tmp / "error.log").read_text()
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "nginx did not come up"
-            time.sleep(0.1)
-        yield {"url": url, "ws": f"ws://127.0.0.1:{port}/ws"}
-    finally:
-        nginx.terminate()
-        nginx.wait(10)
-        for server in (*replicas, upstream):
-            server.stop()
+def stack() -> Iterator[dict[str, Any]]:
+    with running(ServerProcess(("--engine", "fake"))) as upstream:
+        replicas = [ServerProcess(("--engine", "openai", "--upstream", upstream.url,
+                                   "--model-id", f"chat-{i}")) for i in range(2)]
+        with running(replicas[0]), running(replicas[1]), running(
+                Nginx([r.port for r in replicas])) as nginx:
+            yield {"url": nginx.url, "ws": nginx.ws_url}
 
 
 async def test_websocket_and_events_stream_through_nginx(stack: dict[str, Any]) -> None:

@@ -7,6 +7,10 @@
         print(gen.end["finish_reason"])
 
 Several generations may run at once on one client; `await gen.cancel()` stops one.
+A resumable generation (`resumable=True`) outlives its connection: when the connection
+drops (a server restarting closes it with 1012), the client connects again, through the
+same URL (a load balancer picks a replica), and resumes it from the last delta it got, for
+up to `resume_s` seconds; the generation's frames go on as if nothing happened.
 """
 
 from __future__ import annotations
@@ -53,6 +57,10 @@ class Generation:
         self.queued: list[int] = []  # queue positions heard, in order
         self.loaded_model = False  # it waited for its model to load (load on demand)
         self.progress: list[tuple[int, int]] = []  # a long prompt's (done, of) before text
+        self.resumable = False
+        self.stream: str | None = None  # its resume token, once the server said it
+        self.last_seq = -1  # the last delta received (queued for the reader or read)
+        self.resumes = 0  # how often the client resumed it on a new connection
 
     @property
     def text(self) -> str:
@@ -131,8 +139,10 @@ class Client:
         api_key: str | None = None,
         max_size: int | None = 16 * 1024 * 1024,
         open_timeout: float = 30.0,
+        resume_s: float = 30.0,
     ) -> None:
         self.url = url
+        self.resume_s = resume_s  # how long to try resuming after a drop; 0: never
         self.api_key = api_key
         self.max_size = max_size
         self.open_timeout = open_timeout
@@ -142,6 +152,8 @@ class Client:
         self._ws: ClientConnection | None = None
         self._gens: dict[str, Generation] = {}
         self._reader: asyncio.Task[None] | None = None
+        self._reconnect: asyncio.Task[None] | None = None
+        self._closing = False
         self._ids = itertools.count()
 
     async def __aenter__(self) -> Client:
@@ -163,6 +175,10 @@ class Client:
         self._reader = asyncio.create_task(self._read())
 
     async def close(self) -> None:
+        self._closing = True
+        if self._reconnect is not None:
+            self._reconnect.cancel()
+            await asyncio.gather(self._reconnect, return_exceptions=True)
         if self._ws is not None:
             await self._ws.close()
         if self._reader is not None:
@@ -200,12 +216,14 @@ class Client:
         if resumable:
             frame["resumable"] = True
         gen = Generation(self, gen_id)
+        gen.resumable = resumable
         self._gens[gen_id] = gen
         await self.send(frame)
         return gen
 
     async def resume(self, stream: str, after_seq: int, id: str) -> Generation:
         gen = Generation(self, id)
+        gen.resumable, gen.stream, gen.last_seq = True, stream, after_seq
         self._gens[id] = gen
         await self.send({"type": "resume", "stream": stream, "after_seq": after_seq, "id": id})
         return gen
@@ -227,6 +245,10 @@ class Client:
                 if gen is None:
                     self.errors.put_nowait(frame)
                     continue
+                if kind == "delta":
+                    gen.last_seq = frame["seq"]
+                elif kind == "start" and frame.get("stream"):
+                    gen.stream = frame["stream"]
                 gen.frames.put_nowait(frame)
                 if kind == "end" or (kind == "error" and frame["code"] not in
                                      ("duplicate_id", "unknown_id")):
@@ -234,8 +256,41 @@ class Client:
         except websockets.ConnectionClosed:
             pass
         finally:
-            for gen in self._gens.values():
+            self._dropped()
+
+    def _dropped(self) -> None:
+        """The connection is gone: resumable generations are resumed on a new one (by
+        the reconnect task), the others end with `closed`."""
+        keep = {} if self._closing or self.resume_s <= 0 else {
+            i: g for i, g in self._gens.items() if g.resumable and g.stream is not None}
+        for gen in self._gens.values():
+            if gen.id not in keep:
                 gen.frames.put_nowait({"type": "closed", "id": gen.id})
+        self._gens = keep
+        if keep:
+            self._reconnect = asyncio.get_running_loop().create_task(self._resume_all())
+
+    async def _resume_all(self) -> None:
+        """Connects again (backing off from 50 ms to 1 s) until `resume_s` has passed, then
+        resumes every resumable generation after its last delta."""
+        loop = asyncio.get_running_loop()
+        deadline, pause = loop.time() + self.resume_s, 0.05
+        while True:
+            try:
+                await self.connect()
+                break
+            except (OSError, websockets.WebSocketException, TimeoutError):
+                if loop.time() + pause > deadline:
+                    for gen in self._gens.values():
+                        gen.frames.put_nowait({"type": "closed", "id": gen.id})
+                    self._gens = {}
+                    return
+                await asyncio.sleep(pause)
+                pause = min(1.0, pause * 2)
+        for gen in list(self._gens.values()):
+            gen.resumes += 1
+            await self.send({"type": "resume", "stream": gen.stream,
+                             "after_seq": gen.last_seq, "id": gen.id})
 
 
 def bearer_subprotocol(api_key: str) -> str:

@@ -68,6 +68,15 @@ class ResumeStore(Protocol):
     def orphan(self, session: GenerationSession) -> None:
         """Its reader went away, or read it to the end: kept for the grace period."""
 
+    def hands_over(self, session: GenerationSession) -> bool:
+        """Whether the session's end is not its stream's end: this server shuts down and
+        another replica goes on with it where its client resumes (a shared store). A door
+        then sends no final event: its client resumes elsewhere."""
+
+    def drain(self) -> None:
+        """Shutdown begins: streams whose generation runs elsewhere let their readers go
+        (a shared store); the rest run on for the shutdown grace."""
+
     def close(self) -> None:
         """Shutdown: every stream cancelled and forgotten."""
 
@@ -126,6 +135,12 @@ class LocalResumeStore:
         self._cancel_grace(token)
         loop = asyncio.get_running_loop()
         self._grace[token] = loop.call_later(self.grace_s, self._expire, token)
+
+    def hands_over(self, session: GenerationSession) -> bool:
+        return False
+
+    def drain(self) -> None:
+        return None
 
     def close(self) -> None:
         for handle in self._grace.values():

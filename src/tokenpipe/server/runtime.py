@@ -54,6 +54,7 @@ class Runtime:
         shutting_down, and close every socket with 1012 once its final frames are out.
         Bounded as a whole by the grace plus DRAIN_MARGIN_S: a socket whose client has
         not taken its frames by then is aborted, never waited for."""
+        self.resumable.drain()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.shutdown_grace_s + DRAIN_MARGIN_S
         try:

@@ -189,6 +189,8 @@ class ResumableResponse(DoorResponse):
 
     async def _closing(self, end: Finished | Failed) -> bytes:
         end_id = self.session.next_seq + 1  # every delta is sealed by now
+        if isinstance(end, Failed) and self.streams.hands_over(self.session):
+            return b""  # no end: the client resumes on another replica (Last-Event-ID)
         if isinstance(end, Failed):
             return self._emit(end_id, sse.data(error_body(end.error))) + sse.DONE
         shape = self.origin.shape

@@ -46,7 +46,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from ...errors import ReplicaLost
+from ...errors import ReplicaLost, ShuttingDown
 from ...session import (
     Cursor,
     Delta,
@@ -104,7 +104,9 @@ class RedisResumeStore(LocalResumeStore):
         self._replays: weakref.WeakSet[GenerationSession] = weakref.WeakSet()
         self.failure: str | None = None  # why Redis is out of use now; None: in use
         self._abandoned: set[str] = set()  # streams whose log lost a batch (Redis away)
+        self._opened: set[str] = set()  # streams produced here whose log is open
         self.taken_over = 0  # streams this replica took over from a dead one
+        self.draining = False
 
     def _key(self, token: str, what: str) -> str:
         return f"{self.prefix}:{token}:{what}"
@@ -135,7 +137,13 @@ class RedisResumeStore(LocalResumeStore):
             while not cursor.finished:
                 events = [e for e in await cursor.next(merge=False) if not isinstance(
                     e, Queued) and not (taken and isinstance(e, Started | Progress))]
+                handed = bool(events) and isinstance(events[-1], Failed) and self.hands_over(
+                    session)
+                if handed:
+                    events.pop()  # not the stream's end: another replica goes on with it
                 if not events:
+                    if handed:
+                        return
                     continue
                 if lease is None:
                     if not taken and not await self._open_log(held, keys):
@@ -153,6 +161,8 @@ class RedisResumeStore(LocalResumeStore):
                     log.warning("stream %s… was taken over by another replica; no longer "
                                 "logged from here", token[:6])
                     return
+                if handed:
+                    return
         finally:
             cursor.close()
             if lease is not None:
@@ -160,7 +170,27 @@ class RedisResumeStore(LocalResumeStore):
                 with contextlib.suppress(asyncio.CancelledError):
                     await lease
                 if session.final is not None and token not in self._abandoned:
+                    # at its end, or handed over: a follower need not wait for the expiry
                     await self._safely(lambda: self._release(token), "releasing a lease")
+
+    def hands_over(self, session: GenerationSession) -> bool:
+        final, token = session.final, session.stream_token
+        return (isinstance(final, Failed) and final.error.code == "shutting_down"
+                and (token in self._opened or token in self._replayed)
+                and token not in self._abandoned and self.failure is None)
+
+    def drain(self) -> None:
+        """This server shuts down: it takes nothing over any more, and the streams it only
+        replays end here now (handed over: their clients resume elsewhere); the streams it
+        produces run on for the shutdown grace."""
+        self.draining = True
+        for token in list(self._replayed):
+            self._cancel_task(f"follow:{token}")
+            held = self._held.get(token)
+            if held is not None:
+                held.session.end_with(Failed(ShuttingDown(
+                    "this replica shuts down; resume the stream on another"),
+                    held.session.usage()))
 
     async def _open_log(self, held: Held, keys: list[str]) -> bool:
         pipe = self.redis.pipeline(transaction=False)
@@ -172,6 +202,7 @@ class RedisResumeStore(LocalResumeStore):
         if await self._safely(pipe.execute, f"opening the log of {token[:6]}…") is None:
             self._abandoned.add(token)
             return False
+        self._opened.add(token)
         return True
 
     async def _release(self, token: str) -> None:
@@ -211,6 +242,7 @@ class RedisResumeStore(LocalResumeStore):
             loop = asyncio.get_running_loop()
             self._grace[token] = loop.call_later(self.grace_s, self._expire, token)
             return
+        self._opened.discard(token)
         super()._expire(token)
 
     # ---- a replica a client resumes on ----------------------------------------------------
@@ -265,26 +297,27 @@ class RedisResumeStore(LocalResumeStore):
             return session.end_with(Failed(ReplicaLost(
                 "the replica producing this stream stopped before it ended"),
                 session.usage()))
-        log.info("stream %s… taken over from a stopped replica at seq %d", token[:6],
-                 session.next_seq)
-        self.taken_over += 1
-        self._replayed.discard(token)
         base, prompt_tokens = session.next_seq, session.prompt_tokens or 0
         try:
             run = await self.start(request, session.api)
-        except Exception as exc:  # refused here (a model this replica does not serve)
-            error = exc if isinstance(exc, ReplicaLost) else ReplicaLost(
+        except Exception as exc:  # refused here (shutting down, a model not served here)
+            error = exc if isinstance(exc, ShuttingDown) else ReplicaLost(
                 f"the replica producing this stream stopped, and continuing it here "
-                f"failed: {exc}")
-            session.end_with(Failed(error, session.usage()))
+                f"failed: {exc}")  # shutting down: handed over again (hands_over)
             await self._safely(lambda: self._release(token), "releasing a lease")
+            session.end_with(Failed(error, session.usage()))
             return
+        log.info("stream %s… taken over from a stopped replica at seq %d", token[:6], base)
+        self.taken_over += 1
+        self._replayed.discard(token)
         session.bind_cancel(run.cancel)
+        self._opened.add(token)
         self._spawn(f"mirror:{token}", self._mirror(held, after=base - 1, taken=True))
         cursor = run.cursor()
         try:
             async for event in cursor:
                 if isinstance(event, Delta):
+                    session.completion_tokens = tokens + run.completion_tokens  # logged
                     session.replay(dataclasses.replace(event, seq=base + event.seq))
                 elif isinstance(event, Finished | Failed):
                     usage = Usage(prompt_tokens, tokens + event.usage.completion_tokens)
@@ -347,6 +380,11 @@ class RedisResumeStore(LocalResumeStore):
         super().close()
 
     async def aclose(self) -> None:
+        """close(), after the logs have up to a second to take their last batch (a stream
+        handed over: its log without an end, its lease released)."""
+        mirrors = [t for name, t in self._tasks.items() if name.startswith("mirror:")]
+        if mirrors:
+            await asyncio.wait(mirrors, timeout=1.0)
         self.close()
         with contextlib.suppress(RedisError, OSError):
             await self.redis.aclose()
@@ -390,7 +428,7 @@ class _Follower:
                 continue
             alive = await store._safely(lambda: store.redis.exists(lease),
                                         "checking a stream's producer")
-            if alive != 0:  # None: Redis is away, keep waiting
+            if alive != 0 or store.draining:  # None: Redis is away, keep waiting
                 continue
             got = await store._safely(lambda: store.redis.set(
                 lease, store.replica, nx=True, px=int(LEASE_S * 1000)), "taking a lease")
@@ -417,7 +455,7 @@ class _Follower:
         session = self.session
         for entry_id, fields in entries:
             self.last_id = entry_id
-            self.tokens = int(fields.get(b"n", b"0"))
+            self.tokens = session.completion_tokens = int(fields.get(b"n", b"0"))
             for data in json.loads(fields[b"e"]):
                 event = codec.decode(json.dumps(data))
                 if isinstance(event, Delta):

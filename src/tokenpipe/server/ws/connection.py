@@ -26,7 +26,7 @@ from starlette.websockets import WebSocket
 
 from ...errors import BadRequest, DuplicateId, TokenpipeError, TooManyStreams, UnknownId
 from ...protocol import ws as wire
-from ...session import Cursor, GenerationSession
+from ...session import Cursor, Failed, GenerationSession
 from ..race import race
 from ..resumable import Held
 from ..runtime import SERVER_NAME, Runtime
@@ -184,7 +184,11 @@ class JsonConnection:
             stream = self.streams.get(stream_id)
             if stream is None:
                 continue
-            texts.extend(stream.frame(e) for e in stream.cursor.poll(merge))
+            events = stream.cursor.poll(merge)
+            if (events and isinstance(events[-1], Failed)
+                    and self.runtime.resumable.hands_over(stream.session)):
+                events.pop()  # no end here: the client resumes on another replica (1012)
+            texts.extend(stream.frame(e) for e in events)
             if stream.cursor.finished:
                 self._release(stream_id, stream, connection_lost=False)
         return texts
