@@ -55,6 +55,18 @@ class Metrics:
               registry=r).set_function(_task_count)
 
 
+    def add_state(self, store: Any) -> None:
+        """The shared state store's metrics (`--state`): whether Redis is in use, how often
+        it became unreachable, how many streams this replica took over from a stopped one."""
+        r = self.registry
+        Gauge("tokenpipe_state_up", "1 while the state store (Redis) is in use, 0 while it "
+              "is unreachable", registry=r).set_function(lambda: store.failure is None)
+        store.outages = Counter("tokenpipe_state_outages",
+                                "Times the state store became unreachable", registry=r)
+        store.takeovers = Counter("tokenpipe_state_takeovers",
+                                  "Streams taken over from a stopped replica", registry=r)
+
+
 class LoopHistogram:
     """A histogram observed once per token on the event loop: a bisect and two additions,
     no lock (prometheus_client's Histogram takes a lock and a counter object per bucket,

@@ -187,6 +187,8 @@ async def test_a_killed_replica_s_stream_is_taken_over_where_it_is_followed(
     assert text == await uninterrupted(a, max_tokens)
     assert resumed.end["usage"]["completion_tokens"] == max_tokens
     assert "taken over from a stopped replica" in b.log()
+    metrics = (await asyncio.to_thread(httpx.get, b.url + "/metrics")).text
+    assert "tokenpipe_state_takeovers_total 1.0" in metrics
     print(f"SIGKILL of the producer: the follower's next delta came {gap:.2f} s after it")
 
 
@@ -309,6 +311,9 @@ async def test_redis_lost_while_serving_costs_only_the_sharing() -> None:
             health = (await http.get(server.url + "/health")).json()
             assert health["status"] == "degraded", health
             assert "state store" in health["state"], health
+            metrics = (await http.get(server.url + "/metrics")).text
+            assert "tokenpipe_state_up 0.0" in metrics
+            assert "tokenpipe_state_outages_total 1.0" in metrics
             with running(RedisServer(redis_server.port)) as back:
                 deadline = time.monotonic() + 10  # the replica probes it every second
                 while (health := (await http.get(server.url + "/health")).json()).get(
@@ -316,6 +321,8 @@ async def test_redis_lost_while_serving_costs_only_the_sharing() -> None:
                     assert time.monotonic() < deadline, health
                     await asyncio.sleep(0.2)
                 assert health["status"] == "ok", health
+                metrics = (await http.get(server.url + "/metrics")).text
+                assert "tokenpipe_state_up 1.0" in metrics
                 async with Client(server.ws_url) as client:  # streams are logged again
                     gen = await client.generate(PACED, resumable=True,
                                                 params={"max_tokens": 5})

@@ -40,6 +40,7 @@ class Runtime:
 
             store = shared_store(s.state, s.resume_grace_s, s.state_prefix)
             store.start = lambda request, api: self.models.start(request, api=api)
+            self.metrics.add_state(store)
             self.resumable = store
 
     def limits(self) -> dict[str, int]:

@@ -105,8 +105,10 @@ class RedisResumeStore(LocalResumeStore):
         self.failure: str | None = None  # why Redis is out of use now; None: in use
         self._abandoned: set[str] = set()  # streams whose log lost a batch (Redis away)
         self._opened: set[str] = set()  # streams produced here whose log is open
-        self.taken_over = 0  # streams this replica took over from a dead one
         self.draining = False
+        # counters (Metrics.add_state replaces them with Prometheus ones)
+        self.outages: Any = _Count()
+        self.takeovers: Any = _Count()
 
     def _key(self, token: str, what: str) -> str:
         return f"{self.prefix}:{token}:{what}"
@@ -308,7 +310,7 @@ class RedisResumeStore(LocalResumeStore):
             session.end_with(Failed(error, session.usage()))
             return
         log.info("stream %s… taken over from a stopped replica at seq %d", token[:6], base)
-        self.taken_over += 1
+        self.takeovers.inc()
         self._replayed.discard(token)
         session.bind_cancel(run.cancel)
         self._opened.add(token)
@@ -353,6 +355,7 @@ class RedisResumeStore(LocalResumeStore):
                             "on this replica only until it is back", _safe(self.url), what,
                             exc)
                 self.failure = f"state store unreachable: {exc}"
+                self.outages.inc()
                 self._spawn("probe", self._probe())
             return None
 
@@ -388,6 +391,16 @@ class RedisResumeStore(LocalResumeStore):
         self.close()
         with contextlib.suppress(RedisError, OSError):
             await self.redis.aclose()
+
+
+class _Count:
+    """A counter where no metrics registry is given."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def inc(self) -> None:
+        self.value += 1
 
 
 class _Follower:
