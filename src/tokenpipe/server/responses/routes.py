@@ -243,18 +243,19 @@ async def delete_response(response_id: str, request: Request) -> Response:
     state = _state(request)
     run = state.runs.get(response_id)
     try:
+        record = None
         if run is not None and not run.deleted:
             run.deleted = True
             run.session.cancel()
-            elsewhere = None
         else:
             record = await state.store.announced(response_id)
-            elsewhere = None if record is None else await state.follow(record, 0)
         found = await state.store.delete(response_id) or run is not None
     except TokenpipeError as exc:
         return error_response(exc)
-    if elsewhere is not None:  # marked deleted (never stored) first, then cancelled
-        elsewhere.session.cancel()
+    if record is not None:  # marked deleted (never stored) first, then cancelled there
+        elsewhere = await state.follow(record, FOLLOW_WAIT_S)
+        if elsewhere is not None:  # else still queued there: it runs, and is not stored
+            elsewhere.session.cancel()
     if not found:
         return error_response(not_found(response_id))
     return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})

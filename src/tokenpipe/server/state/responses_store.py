@@ -10,8 +10,9 @@ Keys, under `--state-prefix` (default `tokenpipe`), values JSON (never pickle):
   microseconds, strictly increasing), `P:resp:sizes` (a hash: id -> bytes) and
   `P:resp:bytes` (their total): the bounded index. Each write drops, oldest first, the
   entries older than `max_age_s`, those beyond `max_count` and those beyond `max_bytes`
-  with their rows (one Lua script, so replicas writing at once agree); the three keys
-  expire `max_age_s` after the last write, when every row has;
+  with their rows (one Lua script, so replicas writing at once agree; it names the rows
+  it drops itself, so one Redis, not a Redis Cluster); the three keys expire `max_age_s`
+  after the last write, when every row has;
 - `P:resp:run:ID`, a hash: the record of a background response while it runs
   (`run`: what another replica needs to follow it, runs.py) and, once it was deleted on
   another replica, `deleted`; its replica renews its expiry (RUN_TTL_S) and replaces it
@@ -77,9 +78,9 @@ if over > 0 then
   for _, old in ipairs(redis.call('ZRANGE', KEYS[2], 0, over - 1)) do drop(old) end
 end
 while total > max_bytes do
-  local oldest = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-  if not oldest then break end
-  drop(oldest)
+  local first = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  if not first then break end
+  drop(first)
 end
 redis.call('SET', KEYS[4], string.format('%.0f', total))
 for i = 2, 4 do redis.call('PEXPIRE', KEYS[i], max_age_ms) end
