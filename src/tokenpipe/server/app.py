@@ -133,7 +133,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None,
         demand), else 503 (HEAD: no body), also while the start's loads run. `states` says
         each model's: available, loading, loaded or failed; `errors` why each model that
         cannot serve cannot; status `degraded` when some model cannot while another can, or
-        the Responses store's last write failed (`store` says why)."""
+        the Responses store cannot write (or, shared in Redis, reach Redis: `store` says why)."""
         models = runtime.models
         body: dict[str, object] = {"status": "ok" if models.ready else "loading",
                                    "models": models.names, "states": models.states()}

@@ -1,7 +1,9 @@
 """/v1/responses: OpenAI's Responses API (docs/protocol.md, "OpenAI Responses HTTP"). Thin:
 parse, continue a stored conversation, start, hand the session to SessionResponse (or, in
 the background, to a Run that BackgroundResponse streams follow); GET, DELETE,
-input_items and cancel read the runs and the store.
+input_items and cancel read the runs and the store: the runs of this replica, then those
+another runs (announced in a store shared with `--state`, followed here), then the stored
+responses.
 Every error has OpenAI's shape, unknown paths and wrong methods too (the door's
 catch-all, doors.py); the API key is checked before any route (RequireKey).
 
@@ -11,6 +13,7 @@ lifespan opens the door's state (the store, lazily) and closes it at shutdown.""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -31,33 +34,51 @@ from ...protocol.responses.objects import ResponseShape, input_items
 from ...protocol.responses.requests import ResponsesRequest
 from ...protocol.responses.tools import check_outputs
 from ..requests import json_body, runtime_of
-from .runs import ResponsesState, Run
+from .runs import ResponsesState, Run, queued
 from .session_response import (
     BackgroundResponse,
     EventsResponse,
     SessionResponse,
     error_response,
 )
-from .store import Pending, ResponseStore, message_of, row_bytes, turn
+from .store import (
+    Pending,
+    ResponseStore,
+    SqliteResponseStore,
+    message_of,
+    row_bytes,
+    turn,
+)
 
 CANCEL_WAIT_S = 10.0  # cancel: how long to wait for the cancelled response to be stored
+FOLLOW_WAIT_S = 5.0  # another replica's background response: how long to wait for it to begin
 
 
 @contextlib.asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     runtime = app.state.runtime
-    settings = runtime.settings
-    state = ResponsesState(ResponseStore(responses_db_path(settings),
-                                         max_age_s=settings.responses_max_age_s,
-                                         max_count=settings.responses_max_count,
-                                         max_row_bytes=settings.responses_max_row_bytes,
-                                         max_bytes=settings.responses_max_bytes),
-                           runtime.resumable)
+    state = ResponsesState(_store(runtime.settings), runtime.resumable)
     app.state.responses = state
     try:
         yield
     finally:
         await state.aclose()
+
+
+def _store(settings: Settings) -> ResponseStore:
+    """One SQLite file per replica; with `--state`, the replicas' shared Redis."""
+    s = settings
+    if s.state is None:
+        return SqliteResponseStore(
+            responses_db_path(s), max_age_s=s.responses_max_age_s,
+            max_count=s.responses_max_count, max_row_bytes=s.responses_max_row_bytes,
+            max_bytes=s.responses_max_bytes)
+    from ..state import shared_responses
+
+    return shared_responses(s.state, s.state_prefix, max_age_s=s.responses_max_age_s,
+                            max_count=s.responses_max_count,
+                            max_row_bytes=s.responses_max_row_bytes,
+                            max_bytes=s.responses_max_bytes)
 
 
 router = APIRouter(prefix="/v1/responses", tags=["responses"], lifespan=_lifespan)
@@ -128,7 +149,7 @@ async def create_response(request: Request) -> Response:
     ping_s = runtime.settings.sse_ping_interval_s or None
     if body.background:
         run = Run(session, shape, bool(body.tools), pending, state.store, client)
-        state.launch(run)
+        await state.launch(run)
         if body.stream:
             return BackgroundResponse(run, state.streams, -1, ping_s)
         return JSONResponse(run.snapshot())
@@ -173,10 +194,16 @@ async def get_response(response_id: str, request: Request) -> Response:
         _no_include(request)
         run = state.find(response_id)
         if run is not None and not run.deleted:
+            return _running(state, run, stream, after, request)
+        # the record before the row: a put replaces the one with the other at once
+        record = await state.store.announced(response_id)
+        if record is not None:  # another replica runs it
+            run = await state.follow(record, FOLLOW_WAIT_S if stream else 0)
+            if run is not None:
+                return _running(state, run, stream, after, request)
             if not stream:
-                return JSONResponse(run.snapshot())
-            run.check_after(after)
-            return BackgroundResponse(run, state.streams, after, _ping(request))
+                return JSONResponse(queued(record))
+            raise _not_begun()
         row = await state.store.get(response_id)
         if row is None:
             raise not_found(response_id)
@@ -194,15 +221,41 @@ async def get_response(response_id: str, request: Request) -> Response:
         return error_response(exc)
 
 
+def _running(state: ResponsesState, run: Run, stream: bool, after: int,
+             request: Request) -> Response:
+    """A running background response (here or followed from another replica): the
+    response now, or its events after `after`."""
+    if not stream:
+        return JSONResponse(run.snapshot())
+    run.check_after(after)
+    return BackgroundResponse(run, state.streams, after, _ping(request))
+
+
+def _not_begun() -> TokenpipeError:
+    return Overloaded("this background response is queued on another replica and has not "
+                      "begun yet: retry", retry_after_ms=1000)
+
+
 @router.delete("/{response_id}", responses=_ERRORS, operation_id="delete_response")
 async def delete_response(response_id: str, request: Request) -> Response:
-    """Forgets a stored response (a running background one is cancelled first)."""
+    """Forgets a stored response (a running background one is cancelled, here or on the
+    replica that runs it, and not stored)."""
     state = _state(request)
     run = state.runs.get(response_id)
-    if run is not None and not run.deleted:
-        run.deleted = True
-        run.session.cancel()
-    found = await state.store.delete(response_id) or run is not None
+    try:
+        record = None
+        if run is not None and not run.deleted:
+            run.deleted = True
+            run.session.cancel()
+        else:
+            record = await state.store.announced(response_id)
+        found = await state.store.delete(response_id) or run is not None
+    except TokenpipeError as exc:
+        return error_response(exc)
+    if record is not None:  # marked deleted (never stored) first, then cancelled there
+        elsewhere = await state.follow(record, FOLLOW_WAIT_S)
+        if elsewhere is not None:  # else still queued there: it runs, and is not stored
+            elsewhere.session.cancel()
     if not found:
         return error_response(not_found(response_id))
     return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})
@@ -218,7 +271,19 @@ async def cancel_response(response_id: str, request: Request) -> Response:
         run.session.cancel()
         await state.settle(run, CANCEL_WAIT_S)
         return JSONResponse(run.snapshot())
-    row = await state.store.get(response_id)
+    try:
+        record = await state.store.announced(response_id)
+        if record is not None:  # another replica runs it: the cancel is carried there
+            run = await state.follow(record, FOLLOW_WAIT_S)
+            if run is None:
+                raise _not_begun()
+            run.session.cancel()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(run.session.done.wait(), CANCEL_WAIT_S)
+            return JSONResponse(run.snapshot())
+        row = await state.store.get(response_id)
+    except TokenpipeError as exc:
+        return error_response(exc)
     if row is None:
         return error_response(not_found(response_id))
     if row.stream is None:
@@ -242,6 +307,8 @@ async def list_input_items(response_id: str, request: Request) -> Response:
         run = state.runs.get(response_id)
         if run is not None and not run.deleted:
             items = run.pending.input_items
+        elif (record := await state.store.announced(response_id)) is not None:  # elsewhere
+            items = record["input_items"]
         else:
             row = await state.store.get(response_id)
             if row is None:
@@ -266,7 +333,7 @@ async def _previous(state: ResponsesState, response_id: str | None) -> list[list
     history); [] without one."""
     if response_id is None:
         return []
-    if response_id in state.runs:
+    if response_id in state.runs or await state.store.announced(response_id):
         raise bad(f"Previous response '{response_id}' is still in progress: wait for it "
                   "(or cancel it) first.", "previous_response_id")
     row = await state.store.get(response_id)

@@ -7,7 +7,13 @@ with a cursor from the store's take-over (session_response.BackgroundResponse), 
 may drop and come back with `starting_after` while the generation runs on. When it ends,
 the Run makes the response as it ended (once: every stream closes with the same object),
 stores it with its deltas (so its stream still replays after a restart), and leaves the
-registry; the resume store forgets it after its grace period."""
+registry; the resume store forgets it after its grace period.
+
+While it runs, the store holds its record (ResponseStore.announce): with a store shared
+by replicas (`--state`), another replica that is asked for it finds the record, replays
+its stream from the shared resume store (`find`) and follows it there as a read-only Run
+(`follow`): retrieve, its events, cancel and input_items work on any replica. The
+replica that runs it stores it."""
 
 from __future__ import annotations
 
@@ -29,6 +35,7 @@ from .store import Pending, ResponseStore, StoreError
 log = logging.getLogger("tokenpipe.responses")
 CLOSE_WAIT_S = 5.0  # shutdown: how long the last background responses get to be stored
 UNSTORED_KEPT = 256  # background responses the store could not write, kept in memory
+FOLLOW_POLL_S = 0.05  # how often a replica looks for another's stream that has not begun
 
 
 class Run:
@@ -50,6 +57,21 @@ class Run:
         self._text = ""  # its message text, for the stored conversation
         self._store = store
         self.task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def followed(cls, session: GenerationSession, record: dict[str, Any],
+                 store: ResponseStore) -> Run:
+        """A background response another replica runs (its `record`), followed here:
+        `session` replays its stream; never stored from here."""
+        shape = ResponseShape(record["response"], record["message_id"])
+        return cls(session, shape, record["items"], Pending(record["input_items"], []),
+                   store)
+
+    def record(self) -> dict[str, Any]:
+        """What another replica needs to follow this response while it runs."""
+        return {"token": self.session.stream_token, "response": self.shape.base,
+                "message_id": self.shape.message_id, "items": self.items,
+                "input_items": self.pending.input_items}
 
     def answer(self, after: int = -1) -> Answer:
         """The answer's events above `after`, as a stream of this response says them."""
@@ -106,7 +128,9 @@ class Run:
         final = self.ended()
         if not self.deleted:
             try:
-                await self._store.put(self.pending.stored(final, self._text, self._kept))
+                if not await self._store.put(self.pending.stored(final, self._text,
+                                                                 self._kept)):
+                    self.deleted = True  # on another replica, while it ran
             except StoreError as exc:  # kept readable (ResponsesState.unstored), as failed
                 end = self.session.final
                 assert end is not None
@@ -115,6 +139,11 @@ class Run:
                 self.unstored = True
             except Exception:
                 log.exception("could not store background response %s", self.shape.id)
+
+
+def queued(record: dict[str, Any]) -> dict[str, Any]:
+    """The response of `record` (another replica's) before its stream begins."""
+    return ResponseShape(record["response"], record["message_id"]).snapshot("queued")
 
 
 @dataclass
@@ -127,6 +156,8 @@ class ResponsesState:
     runs: dict[str, Run] = field(default_factory=dict)
     # the last UNSTORED_KEPT runs the store could not write: GET still finds them (failed)
     unstored: OrderedDict[str, Run] = field(default_factory=OrderedDict)
+    # other replicas' runs followed here, by stream token: let go of when they end
+    followed: dict[str, asyncio.Task[None]] = field(default_factory=dict)
 
     def running(self, client: str) -> int:
         """Background responses `client` has running now."""
@@ -136,10 +167,39 @@ class ResponsesState:
         """A running background response, or one the store could not write."""
         return self.runs.get(response_id) or self.unstored.get(response_id)
 
-    def launch(self, run: Run) -> None:
+    async def launch(self, run: Run) -> None:
+        """Runs `run` in the background, announced first (its end replaces the record)."""
         self.streams.keep(Held(run.session, run.shape.id))
         self.runs[run.shape.id] = run
-        run.task = asyncio.create_task(self._watch(run), name=f"background {run.shape.id}")
+        try:
+            await self.store.announce(run.shape.id, run.record())
+        finally:
+            run.task = asyncio.create_task(self._watch(run),
+                                           name=f"background {run.shape.id}")
+
+    async def follow(self, record: dict[str, Any], wait_s: float) -> Run | None:
+        """The background response of `record`, which another replica runs, followed here
+        from its stream; None where its stream has not begun after `wait_s` (it is queued
+        there) or is gone (its replica stopped)."""
+        token: str = record["token"]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while (held := await self.streams.find(token)) is None:
+            if loop.time() >= deadline:
+                return None
+            await asyncio.sleep(FOLLOW_POLL_S)
+        if token not in self.followed:
+            self.followed[token] = asyncio.create_task(self._let_go(held.session))
+        return Run.followed(held.session, record, self.store)
+
+    async def _let_go(self, session: GenerationSession) -> None:
+        """A followed run ended: its copy here is forgotten after the grace period (not
+        before: a follower leaving must not cancel it where it runs)."""
+        try:
+            await session.done.wait()
+            self.streams.orphan(session)
+        finally:
+            self.followed.pop(session.stream_token or "", None)
 
     async def _watch(self, run: Run) -> None:
         try:
@@ -151,6 +211,7 @@ class ResponsesState:
                 while len(self.unstored) > UNSTORED_KEPT:
                     self.unstored.popitem(last=False)
             self.streams.orphan(run.session)  # its followers read on; forgotten after grace
+            await self.store.retire(run.shape.id)  # stored in its place, or not at all
 
     async def settle(self, run: Run, wait_s: float) -> None:
         """Waits (up to `wait_s`) until the run has been stored."""
@@ -160,6 +221,8 @@ class ResponsesState:
     async def aclose(self) -> None:
         """Shutdown: what still runs is cancelled (the scheduler has failed it with
         shutting_down already under `tokenpipe serve`) and stored, then the file closed."""
+        for task in list(self.followed.values()):
+            task.cancel()
         tasks = [r.task for r in self.runs.values() if r.task is not None]
         for run in list(self.runs.values()):
             run.session.cancel()

@@ -1,4 +1,7 @@
-"""Stored responses: one SQLite file (stdlib sqlite3), so a restart loses no stored answer.
+"""Stored responses: `ResponseStore`, the interface the Responses door uses, and
+`SqliteResponseStore`, one SQLite file (stdlib sqlite3), so a restart loses no stored
+answer. With `--state redis://...` the replicas share theirs in Redis instead
+(server/state/responses_store.py), under the same limits.
 
 One worker thread owns the connection and runs every statement (nothing touches the disk
 on the event loop; one writer, so no locking between threads). The file is opened on first
@@ -22,7 +25,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ...errors import TokenpipeError
 from ...types import Message, ToolCall
@@ -51,6 +54,12 @@ class Stored:
     input_items: list[dict[str, Any]]
     conversation: list[list[Any]]  # turn(): [role, text] and, with tools, a third
     stream: dict[str, Any] | None = None
+
+    def texts(self) -> tuple[str, str, str, str | None]:
+        """The row's parts as the store keeps them (JSON): response, input items,
+        conversation and (background only) stream."""
+        return (_dump(self.response), _dump(self.input_items), _dump(self.conversation),
+                None if self.stream is None else _dump(self.stream))
 
 
 @dataclass
@@ -99,7 +108,50 @@ class StoreFull(ValueError):
     """A row over max_row_bytes: never stored."""
 
 
-class ResponseStore:
+class ResponseStore(Protocol):
+    """Where the Responses door keeps its responses. Bounded as the settings say: rows
+    older than `max_age_s` are never served, beyond `max_count` rows or `max_bytes` the
+    oldest go, a row over `max_row_bytes` is refused (StoreError). `failure` is why the
+    store cannot serve now (/health says it); None when it can.
+
+    A background response running here is announced while it runs (a record: what
+    another replica needs to follow it, JSON), so a store shared by replicas lets them
+    find it; a store of one replica keeps no record."""
+
+    max_row_bytes: int
+    failure: str | None
+
+    async def put(self, row: Stored) -> bool:
+        """Stores `row`, in place of its announcement; False where the response was
+        deleted (on another replica) while it ran: not stored. StoreError where it cannot
+        be stored (the reason kept in `failure`)."""
+        ...
+
+    async def get(self, response_id: str) -> Stored | None: ...
+
+    async def delete(self, response_id: str) -> bool:
+        """Forgets a response, stored or announced; whether there was one."""
+        ...
+
+    async def announce(self, response_id: str, record: dict[str, Any]) -> None:
+        """A background response runs here: its record, for as long as it runs (put or
+        retire ends it). Never raises: a record that cannot be written costs only the
+        sharing."""
+
+    async def announced(self, response_id: str) -> dict[str, Any] | None:
+        """The record of a background response running on a replica, None where none
+        does (or it was deleted)."""
+
+    async def retire(self, response_id: str) -> None:
+        """The background response ended here; its record goes, whether it was stored
+        or not."""
+
+    async def aclose(self) -> None: ...
+
+
+class SqliteResponseStore:
+    """The responses of one replica in one SQLite file (the module's doc)."""
+
     def __init__(self, path: str, *, max_age_s: float, max_count: int,
                  max_row_bytes: int = 8 * 2**20, max_bytes: int = 2 * 2**30) -> None:
         self.path = path
@@ -111,7 +163,7 @@ class ResponseStore:
         self._db: sqlite3.Connection | None = None
         self.failure: str | None = None  # the last write's failure; a good write clears it
 
-    async def put(self, row: Stored) -> None:
+    async def put(self, row: Stored) -> bool:
         """Stores `row`; StoreError (the reason kept in `failure`) where it cannot."""
         try:
             await self._run(self._put, row)
@@ -120,12 +172,22 @@ class ResponseStore:
             log.error("%s", self.failure)
             raise StoreError(self.failure) from None
         self.failure = None
+        return True
 
     async def get(self, response_id: str) -> Stored | None:
         return await self._run(self._get, response_id)
 
     async def delete(self, response_id: str) -> bool:
         return await self._run(self._delete, response_id)
+
+    async def announce(self, response_id: str, record: dict[str, Any]) -> None:
+        return None  # one replica's store: its runs are found in its own memory
+
+    async def announced(self, response_id: str) -> dict[str, Any] | None:
+        return None
+
+    async def retire(self, response_id: str) -> None:
+        return None
 
     async def aclose(self) -> None:
         await self._run(self._close)
@@ -153,12 +215,8 @@ class ResponseStore:
         return self._db
 
     def _put(self, row: Stored) -> None:
-        texts = (_dump(row.response), _dump(row.input_items), _dump(row.conversation),
-                 None if row.stream is None else _dump(row.stream))
-        size = sum(len(t.encode()) for t in texts if t is not None)
-        if size > self.max_row_bytes:
-            raise StoreFull(f"response {row.id} is {size} bytes, over the store's "
-                            f"{self.max_row_bytes} per response")
+        texts = row.texts()
+        size = check_size(row, texts, self.max_row_bytes)
         db = self._conn()
         with db:
             db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -196,6 +254,15 @@ class ResponseStore:
 
     def _oldest(self) -> float:
         return time.time() - self.max_age_s
+
+
+def check_size(row: Stored, texts: tuple[str | None, ...], max_row_bytes: int) -> int:
+    """The row's size in the store (its texts, UTF-8); StoreFull over `max_row_bytes`."""
+    size = sum(len(t.encode()) for t in texts if t is not None)
+    if size > max_row_bytes:
+        raise StoreFull(f"response {row.id} is {size} bytes, over the store's "
+                        f"{max_row_bytes} per response")
+    return size
 
 
 def row_bytes(*parts: Any) -> int:

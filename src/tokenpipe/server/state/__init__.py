@@ -1,7 +1,7 @@
 """State shared between replicas (`--state redis://HOST:PORT/DB`): the resume store in
-Redis (redis_store.py) and the event codec its log is written in (codec.py). The `redis`
-client is the `redis` extra (`pip install 'tokenpipe[redis]'`), imported only when a
-state URL is given."""
+Redis (redis_store.py), the event codec its log is written in (codec.py), and the stored
+Responses (responses_store.py). The `redis` client is the `redis` extra
+(`pip install 'tokenpipe[redis]'`), imported only when a state URL is given."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from ...errors import MissingDependency
 
 if TYPE_CHECKING:
     from .redis_store import RedisResumeStore
+    from .responses_store import RedisResponseStore
 
 SCHEMES = ("redis", "rediss", "unix")
 
@@ -43,6 +44,15 @@ def shared_store(url: str, grace_s: float, prefix: str) -> RedisResumeStore:
     from .redis_store import RedisResumeStore
 
     return RedisResumeStore(grace_s, url, prefix)
+
+
+def shared_responses(url: str, prefix: str, *, max_age_s: float, max_count: int,
+                     max_row_bytes: int, max_bytes: int) -> RedisResponseStore:
+    _redis()
+    from .responses_store import RedisResponseStore
+
+    return RedisResponseStore(url, prefix, max_age_s=max_age_s, max_count=max_count,
+                              max_row_bytes=max_row_bytes, max_bytes=max_bytes)
 
 
 def _redis() -> None:
