@@ -125,6 +125,8 @@ class OllamaParser:
 def _chat(args: argparse.Namespace, messages: list[dict[str, str]]) -> Body:
     body: Body = {"messages": messages, "max_tokens": args.max_tokens, "temperature": 0.0,
                   "stream": True, "stream_options": {"include_usage": True}}
+    if getattr(args, "resumable", False):
+        body["resumable"] = True
     if getattr(args, "response_format", None) is not None:
         body["response_format"] = args.response_format
     if getattr(args, "tool_list", None) is not None:

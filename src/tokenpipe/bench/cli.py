@@ -79,6 +79,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                         "system section as its system message (what a chat template without\n"
                         "`tools`, the bundled model's, renders), so both decode one prompt\n"
                         "and the difference is the grammar's")
+    p.add_argument("--resumable", action="store_true",
+                   help="ws and sse: resumable streams (what --state redis logs; compare a\n"
+                        "server with --state against one without: --compare URL)")
     p.add_argument("--idle", type=int, metavar="N",
                    help="open N idle connections and report the server's memory per 1,000")
     p.set_defaults(run=run)

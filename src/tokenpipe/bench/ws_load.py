@@ -107,7 +107,10 @@ async def ws_stream(url: str, args: argparse.Namespace,
         params["response_format"] = args.response_format
     if getattr(args, "tool_list", None) is not None:
         params.update(tools=args.tool_list, tool_choice="required")
-    request = {"type": "generate", "id": "bench", "messages": messages, "params": params}
+    request: dict[str, Any] = {"type": "generate", "id": "bench", "messages": messages,
+                               "params": params}
+    if getattr(args, "resumable", False):
+        request["resumable"] = True
     parts = urlsplit(url)
     if parts.scheme != "ws" or not parts.hostname:
         raise SystemExit(f"bench over WebSocket needs a ws://HOST:PORT/ws URL, not {url!r}")

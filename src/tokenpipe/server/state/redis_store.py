@@ -27,7 +27,8 @@ of max_tokens, and appends to the same log from the next seq. Greedy and seeded 
 that depend on the request alone (docs/determinism.md) continue as the dead replica would
 have, unless re-tokenizing the text gives other tokens than the model produced. Streams
 with reasoning, tool calls, logprobs or an output format are not continued (they end with
-`replica_lost`), nor are background and stored Responses (per replica)."""
+`replica_lost`), nor are background Responses (their replica stores them: ended by a
+shutdown, stored as failed; a follower on another replica reads that end)."""
 
 from __future__ import annotations
 
@@ -178,6 +179,7 @@ class RedisResumeStore(LocalResumeStore):
     def hands_over(self, session: GenerationSession) -> bool:
         final, token = session.final, session.stream_token
         return (isinstance(final, Failed) and final.error.code == "shutting_down"
+                and session.api != "responses"  # its replica stores it, failed
                 and (token in self._opened or token in self._replayed)
                 and token not in self._abandoned and self.failure is None)
 
@@ -492,7 +494,7 @@ def _continuation(session: GenerationSession, fields: dict[str, str],
                   tokens: int) -> GenerationRequest | None:
     """The request that goes on from the logged text, or None where a continuation would
     not be the same answer (module docstring)."""
-    if "request" not in fields:
+    if "request" not in fields or fields["api"] == "responses":  # stored by its replica
         return None
     request = codec.decode_request(fields["request"])
     if request.format is not None or request.params.logprobs is not None or (
