@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -65,9 +66,9 @@ class LlamaServer:
         self._log.flush()
         return self.log_path.read_text(errors="replace")[-5000:]
 
-    def stop(self) -> int:
+    def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:
-            self.proc.terminate()
+            self.proc.send_signal(sig)
             try:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:

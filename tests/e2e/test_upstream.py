@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import re
 import subprocess
@@ -46,7 +47,9 @@ from tokenpipe.types import (
     FinishReason,
     GenerationRequest,
     Message,
+    OutputFormat,
     SamplingParams,
+    Tool,
 )
 
 pytestmark = pytest.mark.e2e
@@ -68,8 +71,13 @@ class FaultUpstream:
         die_after=N     drop the connection after N chunks
         stall_after=N   stop sending after N chunks (the connection stays open)
         error_after=N   an in-band error event after N chunks
+        reasoning=N     N chunks of `reasoning_content` (vLLM's) before the text
+        think           a first text chunk "<think>" (a thinking section in the content)
 
-    With tls=(certfile, keyfile) it speaks HTTPS.
+    An answer begun as its own (a chat's last assistant message, or a prompt that ends with
+    the first pieces) goes on from there, as a model would: chunks, faults and usage count
+    from there, the text begun counted in the prompt. With tls=(certfile, keyfile) it
+    speaks HTTPS.
     """
 
     def __init__(self, model: str = "fault-model", *, extra_models: tuple[str, ...] = (),
@@ -128,18 +136,24 @@ class FaultUpstream:
         @app.post("/v1/chat/completions", dependencies=[Depends(check_key)])
         async def chat(request: Request) -> Response:
             body = await request.json()
-            return self._answer(body, body["messages"][-1]["content"], chat=True)
+            turns = body["messages"]
+            done = begun_pieces(turns[-1]["content"] or "", whole=True) if (
+                turns[-1]["role"] == "assistant" and len(turns) > 1) else 0
+            return self._answer(body, turns[-2 if done else -1]["content"], done, chat=True)
 
         @app.post("/v1/completions", dependencies=[Depends(check_key)])
         async def completions(request: Request) -> Response:
             body = await request.json()
-            return self._answer(body, body["prompt"], chat=False)
+            prompt = body["prompt"]
+            return self._answer(body, prompt, begun_pieces(prompt, whole=False), chat=False)
 
         return app
 
-    def _answer(self, body: dict[str, Any], last: str, *, chat: bool) -> Response:
+    def _answer(self, body: dict[str, Any], last: str, done: int, *, chat: bool
+                ) -> Response:
         self.bodies.append(body)
         d = {**self.defaults, **{m[1]: int(m[2] or 0) for m in _DIRECTIVE.finditer(last)}}
+        d["done"] = done
         status = d.get("status", 200)
         if status == 400 and "context" in d:
             return JSONResponse({"object": "error", "type": "BadRequestError", "code": 400,
@@ -176,25 +190,31 @@ class FaultUpstream:
         try:
             if chat:
                 yield chunk("")  # the role chunk carries no text
-            n = min(d.get("tokens", len(PIECES)), body["max_tokens"])
+            begun = d["done"]  # pieces of the answer the request began with
+            n = min(d.get("tokens", len(PIECES)), begun + body["max_tokens"])
             per = d.get("per_chunk", 1)
             if "first_ms" in d:
                 await asyncio.sleep(d["first_ms"] / 1000)
-            for i in range(0, n, per):
-                if d.get("die_after") == i:
+            for _ in range(d.get("reasoning", 0)):
+                yield b'data: {"choices": [{"index": 0, "delta": {"reasoning_content": "hm"}}]}\n\n'
+            if "think" in d:
+                yield chunk("<think>")
+            for i in range(begun, n, per):
+                if d.get("die_after") == i - begun:
                     raise ConnectionAbortedError("the fault upstream dies mid-stream")
-                if d.get("stall_after") == i:
+                if d.get("stall_after") == i - begun:
                     await asyncio.sleep(3600)
-                if d.get("error_after") == i:
+                if d.get("error_after") == i - begun:
                     yield b'data: {"error": {"message": "injected in-band", "code": 500}}\n\n'
                     yield b"data: [DONE]\n\n"
                     done = True
                     return
                 yield chunk("".join(PIECES[j % len(PIECES)] for j in range(i, min(i + per, n))))
                 await asyncio.sleep(0)
-            yield chunk(None, "length" if n == body["max_tokens"] else "stop")
-            yield chunk(None, usage={"prompt_tokens": PROMPT_TOKENS, "completion_tokens": n,
-                                     "total_tokens": PROMPT_TOKENS + n})
+            made, prompt = n - begun, PROMPT_TOKENS + begun
+            yield chunk(None, "length" if made == body["max_tokens"] else "stop")
+            yield chunk(None, usage={"prompt_tokens": prompt, "completion_tokens": made,
+                                     "total_tokens": prompt + made})
             yield b"data: [DONE]\n\n"
             done = True
         finally:
@@ -205,6 +225,14 @@ class FaultUpstream:
 
 def expected_text(n: int = len(PIECES)) -> str:
     return "".join(PIECES[j % len(PIECES)] for j in range(n))
+
+
+def begun_pieces(text: str, *, whole: bool) -> int:
+    """How many of the answer's pieces `text` is (`whole`), or ends with: 0 for none."""
+    for k in range(len(PIECES), 0, -1):
+        if text == expected_text(k) or (not whole and text.endswith(expected_text(k))):
+            return k
+    return 0
 
 
 @pytest.fixture(scope="module")
@@ -376,26 +404,104 @@ async def test_429_is_overloaded_with_the_upstreams_retry_after(
     assert caught.value.retry_after_ms == 7000
 
 
-@pytest.mark.parametrize(("directive", "match"), [
-    ("[[die_after=3]]", "failed mid-answer after 3 tokens: RemoteProtocolError"),
-    ("[[error_after=2]]", "failed mid-answer: injected in-band"),
-    ("[[stall_after=2]]", r"sent nothing for 0\.5 s mid-answer"),
-])
-async def test_failures_after_the_first_token_end_with_engine_error(
+@pytest.mark.parametrize(("fault", "k"), [
+    ({"die_after": 3}, 3), ({"error_after": 2}, 2), ({"stall_after": 2}, 2)],
+    ids=["dies", "error-event", "silent"])
+async def test_an_answer_broken_mid_way_goes_on_on_another_replica(
     engine: EngineFactory, upstream: FaultUpstream, upstream_b: FaultUpstream,
-    directive: str, match: str,
+    fault: dict[str, int], k: int,
 ) -> None:
+    """A replica that drops the stream, sends an error event or goes silent after its
+    first token: the next one continues the answer from the text so far (an assistant
+    prefill, vLLM's two flags), with the same sampling and what is left of max_tokens;
+    the stream goes on as one answer, usage as if uninterrupted."""
     eng = await engine(upstream.url, upstream_b.url, idle_timeout_s=0.5)
+    upstream.defaults = fault  # replica a only
+    eng.replicas.turn = 0  # the answer begins on replica a
+    events = await run(eng, chat("hi", max_tokens=64, temperature=0.5, seed=7))
+    assert text_of(events) == expected_text()
+    assert events[-1] == EngineFinish(FinishReason.STOP, _usage(len(PIECES)))
+    assert sum(e.tokens for e in events if isinstance(e, EngineText)) == len(PIECES)
+    first, going_on = upstream.bodies[-1], upstream_b.bodies[-1]
+    assert "continue_final_message" not in first and first["max_tokens"] == 64
+    assert going_on["messages"] == [{"role": "user", "content": "hi"},
+                                    {"role": "assistant", "content": expected_text(k)}]
+    assert going_on["continue_final_message"] is True
+    assert going_on["add_generation_prompt"] is False
+    assert {key: going_on[key] for key in ("max_tokens", "temperature", "seed")} == {
+        "max_tokens": 64 - k, "temperature": 0.5, "seed": 7}
+    assert [r.in_flight for r in eng.replicas] == [0, 0]
+
+
+async def test_a_raw_prompt_goes_on_with_the_text_appended(
+    engine: EngineFactory, upstream: FaultUpstream, upstream_b: FaultUpstream
+) -> None:
+    eng = await engine(upstream.url, upstream_b.url)
+    upstream.defaults = {"die_after": 4}
+    eng.replicas.turn = 0
+    events = await run(eng, GenerationRequest(prompt="Once", params=SamplingParams(
+        max_tokens=6)))
+    assert text_of(events) == expected_text(6)
+    assert events[-1] == EngineFinish(FinishReason.LENGTH, _usage(6))
+    going_on = upstream_b.bodies[-1]
+    assert going_on["prompt"] == "Once" + expected_text(4) and going_on["max_tokens"] == 2
+    assert "continue_final_message" not in going_on
+
+
+@pytest.mark.parametrize(("request_", "options", "directive"), [
+    (GenerationRequest(messages=(Message("user", "hi"),), tools=(Tool("f"),)), {}, ""),
+    (GenerationRequest(messages=(Message("user", "hi"),),
+                       format=OutputFormat("json_schema", '{"type": "object"}')), {}, ""),
+    (GenerationRequest(messages=(Message("user", "hi"),)), {}, "[[reasoning=2]]"),
+    (GenerationRequest(messages=(Message("user", "hi"),), split_reasoning=True), {},
+     "[[think]]"),
+    (GenerationRequest(messages=(Message("user", "hi"),)), {"continue_answers": False}, ""),
+], ids=["tools", "json-schema", "reasoning-content", "thinking-section", "mid-answer-fail"])
+async def test_an_answer_that_would_not_go_on_the_same_ends_with_engine_error(
+    engine: EngineFactory, upstream: FaultUpstream, upstream_b: FaultUpstream,
+    request_: GenerationRequest, options: dict[str, Any], directive: str,
+) -> None:
+    """Calls may come, a grammar binds the answer, a thinking section came (apart or in
+    the content), or --upstream-mid-answer fail: the text so far, then engine_error; never
+    a continuation that could differ."""
+    eng = await engine(upstream.url, upstream_b.url, **options)
+    upstream.defaults = {"die_after": 3}
+    eng.replicas.turn = 0
+    if directive:
+        request_ = dataclasses.replace(request_, messages=(Message("user", directive),))
     texts: list[str] = []
-    with pytest.raises(EngineError, match=match):
-        async for event in eng.stream(eng.prepare(chat(directive), 64)):
+    with pytest.raises(EngineError, match=r"failed mid-answer after [34] tokens") as caught:
+        async for event in eng.stream(eng.prepare(request_, 64)):
             if isinstance(event, EngineText):
                 texts.append(event.text)
-    assert "".join(texts) == expected_text(len(texts))  # no text repeated, none invented
-    # Every text sent before the failure is passed on, even when the failure arrives in the
-    # same read as the text before it.
-    assert len(texts) == int(directive.split("=")[1].rstrip("]"))
-    assert len(upstream.bodies) + len(upstream_b.bodies) == 1  # never silently restarted
+    assert "".join(texts).removeprefix("<think>") == expected_text(3)
+    assert "could go on" not in caught.value.message
+    assert len(upstream.bodies) == 1 and not upstream_b.bodies  # never restarted elsewhere
+
+
+@pytest.mark.parametrize(("fault_b", "why_b"), [
+    ({"status": 500}, "answered 500: injected 500"),
+    ({"status": 400}, "injected 400"),  # an upstream that refuses vLLM's flags (OpenAI's)
+    ({"die_after": 2}, "closed the stream mid-answer after 2 tokens|failed mid-answer after 2"),
+], ids=["5xx", "refused", "broke-too"])
+async def test_an_answer_no_replica_can_go_on_with_ends_with_engine_error(
+    engine: EngineFactory, upstream: FaultUpstream, upstream_b: FaultUpstream,
+    fault_b: dict[str, int], why_b: str,
+) -> None:
+    """Each replica serves an answer once: a continuation refused, or broken too, ends it
+    (both reasons said) after the text sent, without coming back to the first replica."""
+    eng = await engine(upstream.url, upstream_b.url)
+    upstream.defaults, upstream_b.defaults = {"die_after": 3}, fault_b
+    eng.replicas.turn = 0
+    texts: list[str] = []
+    with pytest.raises(EngineError, match=rf"failed mid-answer after 3 tokens.*, and no "
+                                          rf"other upstream could go on with the answer: "
+                                          rf".*({why_b})"):
+        async for event in eng.stream(eng.prepare(chat("hi"), 64)):
+            if isinstance(event, EngineText):
+                texts.append(event.text)
+    assert "".join(texts) == expected_text(3 + fault_b.get("die_after", 0))
+    assert len(upstream.bodies) == len(upstream_b.bodies) == 1
 
 
 def self_signed(tmp_path: Path) -> tuple[str, str]:

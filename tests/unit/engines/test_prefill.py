@@ -8,8 +8,16 @@ import pytest
 
 from tokenpipe.engines.base import EngineOptions
 from tokenpipe.engines.fake import FakeEngine
-from tokenpipe.engines.prefill import prefill_of, render_with_prefill
-from tokenpipe.types import GenerationRequest, Message, ToolCall
+from tokenpipe.engines.prefill import continuation, prefill_of, render_with_prefill
+from tokenpipe.types import (
+    GenerationRequest,
+    Message,
+    OutputFormat,
+    SamplingParams,
+    Tool,
+    ToolCall,
+    ToolChoice,
+)
 
 ASKED = (Message("system", "Be brief."), Message("user", "What is the capital of France?"))
 PREFILLED = GenerationRequest(messages=(*ASKED, Message("assistant", "The capital of France is")))
@@ -21,6 +29,39 @@ def test_only_a_last_assistant_message_without_calls_is_a_prefill() -> None:
     called = Message("assistant", "", tool_calls=(ToolCall("call_1", "f", "{}"),))
     assert prefill_of(GenerationRequest(messages=(*ASKED, called))) is None
     assert prefill_of(GenerationRequest(prompt="raw text")) is None
+
+
+def test_a_continuation_is_the_request_with_the_text_so_far_as_the_answer_begun() -> None:
+    params = SamplingParams(max_tokens=50, temperature=0.7, seed=7)
+    asked = GenerationRequest(messages=ASKED, params=params)
+    going_on = continuation(asked, "Paris", 40)
+    assert going_on is not None
+    assert going_on.messages == (*ASKED, Message("assistant", "Paris"))
+    assert going_on.params.max_tokens == 40 and "max_tokens" in going_on.params.given
+    assert (going_on.params.seed, going_on.params.temperature) == (7, 0.7)
+    # a prefill of the client's own grows; a raw prompt gets the text appended
+    again = continuation(PREFILLED, " Paris", 10)
+    assert again is not None and again.messages == (*ASKED, Message(
+        "assistant", "The capital of France is Paris"))
+    raw = continuation(GenerationRequest(prompt="The capital is"), " Paris", 5)
+    assert raw is not None and raw.prompt == "The capital is Paris"
+    # tools offered but not to be called are only part of the prompt
+    quiet = GenerationRequest(messages=ASKED, tools=(Tool("f"),), tool_choice=ToolChoice("none"))
+    assert continuation(quiet, "Paris", 5) is not None
+
+
+@pytest.mark.parametrize("request_", [
+    GenerationRequest(messages=ASKED, format=OutputFormat("json_object")),
+    GenerationRequest(messages=ASKED, tools=(Tool("f"),)),
+    GenerationRequest(messages=ASKED, params=SamplingParams(logprobs=2)),
+], ids=["format", "tools", "logprobs"])
+def test_no_continuation_where_it_would_not_be_the_same_answer(
+        request_: GenerationRequest) -> None:
+    assert continuation(request_, "{", 10) is None
+
+
+def test_no_continuation_with_no_tokens_left() -> None:
+    assert continuation(GenerationRequest(messages=ASKED), "Paris", 0) is None
 
 
 def test_the_earlier_messages_get_the_generation_prompt_then_the_start_verbatim() -> None:

@@ -70,6 +70,14 @@ def test_messages_developer_role_and_text_parts() -> None:
     assert req.to_request().messages == (Message("system", "be brief"), Message("user", "a\nb"))
 
 
+def test_vllms_continue_flags_pass_where_they_say_what_tokenpipe_does() -> None:
+    begun = [*USER, {"role": "assistant", "content": "Hel"}]
+    req = ChatCompletionRequest.model_validate({
+        "messages": begun, "continue_final_message": True, "add_generation_prompt": False})
+    assert req.to_request().messages[-1] == Message("assistant", "Hel")
+    chat(continue_final_message=False, add_generation_prompt=True)
+
+
 def test_neutral_values_and_harmless_fields_pass() -> None:
     req = chat(tools=[], tool_choice="none", logprobs=False, top_logprobs=0, n=1,
                response_format={"type": "text"}, modalities=["text"], logit_bias={},
@@ -118,6 +126,14 @@ def test_neutral_values_and_harmless_fields_pass() -> None:
      "stream_options.bogus", "unknown_parameter"),
     ({"messages": USER, "max_tokens": 5, "max_completion_tokens": 6},
      "max_completion_tokens", "invalid_value"),
+    ({"messages": USER, "continue_final_message": True}, "continue_final_message",
+     "unsupported_value"),
+    ({"messages": USER, "add_generation_prompt": False}, "add_generation_prompt",
+     "unsupported_value"),
+    ({"messages": [*USER, {"role": "assistant", "content": "Hel"}],
+      "continue_final_message": False}, "continue_final_message", "unsupported_value"),
+    ({"messages": [*USER, {"role": "assistant", "content": "Hel"}],
+      "add_generation_prompt": True}, "add_generation_prompt", "unsupported_value"),
     ({}, "messages", "missing_required_parameter"),
     ({"messages": []}, "messages", "invalid_value"),
     ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].tool_call_id",

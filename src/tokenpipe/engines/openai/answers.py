@@ -41,6 +41,16 @@ class Retry(Exception):
         self.error = error
 
 
+class Broke(Exception):
+    """This replica failed after its first token (dropped, an error event, silent): the
+    text it sent stays sent; the answer may go on on another (engine.py), else `error`
+    ends it."""
+
+    def __init__(self, error: EngineError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
 @dataclass
 class Progress:
     """What one upstream answer has said so far."""
@@ -54,6 +64,11 @@ class Progress:
     events: list[EngineEvent] = field(default_factory=list)
     calls: CallAssembler | None = None  # the answer's tool calls, once one came
     tools: bool = False  # the request offered tools (else an upstream's calls are dropped)
+    # The content passed on, over every upstream of this answer (the engine's list): where
+    # another upstream goes on from if this one breaks.
+    said: list[str] = field(default_factory=list)
+    earlier: int = 0  # tokens of this answer that earlier upstreams produced
+    aside: bool = False  # text of another channel came (reasoning_content): not passed on
 
 
 # ---- the upstream's answer, chunk by chunk -----------------------------------------
@@ -90,7 +105,11 @@ def handle_event(data: str, progress: Progress, replica: Replica, *, streamed: b
         text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
         if isinstance(text, str) and text:
             progress.texts += 1
+            progress.said.append(text)
             progress.events.append(EngineText(text))
+        elif isinstance(delta, dict) and (delta.get("reasoning_content")
+                                          or delta.get("reasoning")):
+            progress.aside = True
         if progress.tools and isinstance(delta, dict) and (
                 delta.get("tool_calls") or delta.get("function_call")):
             if progress.calls is None:
@@ -131,10 +150,13 @@ def finish_events(progress: Progress, replica: Replica) -> list[EngineEvent]:
         events.append(EngineText("", tokens=completion - progress.texts))
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    # An answer that moved here: this upstream's prompt held the earlier upstreams' text
+    # (as many tokens as they produced, where re-tokenizing gives the same); the answer's
+    # completion is theirs and this one's.
+    prompt = max(0, prompt - progress.earlier) if isinstance(prompt, int) else 0
     events.append(EngineFinish(reason or FinishReason.STOP,
-                               Usage(prompt if isinstance(prompt, int) else 0,
-                                     max(completion, progress.texts),
-                                     cached if isinstance(cached, int) else 0)))
+                               Usage(prompt, max(completion, progress.texts) + progress.earlier,
+                                     min(cached, prompt) if isinstance(cached, int) else 0)))
     return events
 
 

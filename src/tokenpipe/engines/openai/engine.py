@@ -7,8 +7,16 @@ top of an engine built for GPUs and thousands of users.
 Several URLs are replicas of one model. A request goes to the healthy replica with the
 fewest requests in flight. Until its first token it may move: a refused connection, a 5xx,
 a 429 or no token within the first-token timeout tries the next healthy replica. After the
-first token it cannot (the text so far came from that replica), so a failure then ends the
-generation with engine_error, never a hang (the idle timeout) and never a silent restart.
+first token, a replica that drops the stream, sends an error event or goes silent (the idle
+timeout) breaks the answer there: where going on gives the same answer (plain content: no
+tools, output format, calls or thinking section; engines/prefill.py `continuation`), the
+request goes to the next healthy replica as a continuation, the text so far as the last
+assistant message (appended to a raw prompt), the same seed and sampling, max_tokens less
+the tokens already produced (counted as the chunks that brought text: one where an
+upstream sent several tokens in one chunk, so its max_tokens is then that much too large);
+the stream goes on, usage adds up. Each replica serves one answer at most once, so an
+answer moves at most once per other replica. Otherwise the answer ends with engine_error
+after the text already sent, never a hang.
 
 Closing the stream closes the upstream HTTP response, which is how the upstream learns to
 stop (vLLM, llama-server and tokenpipe all abort a generation whose client went away).
@@ -34,6 +42,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 from ... import http
+from ...constrain.thinking import THINK_OPEN
 from ...constrain.tools import openai_tool
 from ...errors import (
     BadRequest,
@@ -44,9 +53,10 @@ from ...errors import (
 )
 from ...types import EngineEvent, EngineStart, GenerationRequest, Message, OutputFormat, ToolChoice
 from ..base import Engine, EngineInfo, EngineOptions, PreparedRequest, constrained
-from .answers import Progress, Retry, describe, finish_events, handle_event, refusal
+from ..prefill import continuation
+from .answers import Broke, Progress, Retry, describe, finish_events, handle_event, refusal
 from .kind import KIND
-from .replicas import CONNECT_TIMEOUT_S, Replica, Replicas
+from .replicas import CONNECT_TIMEOUT_S, Replica, Replicas, log
 
 DRAIN_TIMEOUT_S = 1.0
 
@@ -67,6 +77,7 @@ class OpenAIEngine(Engine):
         parallel: int = 8,
         first_token_timeout_s: float = 60.0,
         idle_timeout_s: float = 30.0,
+        continue_answers: bool = True,
     ) -> None:
         if not upstreams:
             raise EngineError("the openai engine needs --upstream URL[,URL...]")
@@ -78,6 +89,7 @@ class OpenAIEngine(Engine):
         self._alias = model_id
         self.first_token_timeout_s = first_token_timeout_s
         self.idle_timeout_s = idle_timeout_s
+        self.continue_answers = continue_answers
         self._open = False
         self._origins: dict[str, http.Origin] = {}  # the streams' pools, by replica base
         self._post_headers: dict[str, str] = {}
@@ -94,7 +106,8 @@ class OpenAIEngine(Engine):
                    model_id=options.model_id, context_tokens=options.total_context,
                    parallel=options.parallel,
                    first_token_timeout_s=float(own["upstream_first_token_timeout_s"]),
-                   idle_timeout_s=float(own["upstream_idle_timeout_s"]))
+                   idle_timeout_s=float(own["upstream_idle_timeout_s"]),
+                   continue_answers=own["upstream_mid_answer"] == "continue")
 
     # ---- lifecycle ----------------------------------------------------------------------
     async def load(self) -> None:
@@ -206,8 +219,11 @@ class OpenAIEngine(Engine):
                 sent.drop()
             raise
         path, body = (sent.path, sent.body) if sent is not None else self._body(prepared)
-        tried: list[Replica] = []
+        tried: list[Replica] = []  # each replica serves one answer once: a bound on moves
         errors: list[TokenpipeError] = []
+        said: list[str] = []  # the content passed on, by whichever replicas produced it
+        done = 0  # its tokens (chunks)
+        broke: EngineError | None = None  # what ended the replica the answer began on
         while True:
             conn: http.Connection | None = None
             if sent is not None:  # begin() chose the replica and counted it in flight
@@ -218,8 +234,8 @@ class OpenAIEngine(Engine):
             else:
                 break
             tried.append(replica)
-            attempt = self._attempt(replica, path, body, conn,
-                                    tools=bool(prepared.request.tools))
+            progress = Progress(tools=bool(prepared.request.tools), said=said, earlier=done)
+            attempt = self._attempt(replica, path, body, conn, progress)
             try:
                 async with contextlib.aclosing(attempt) as events:
                     async for event in events:
@@ -227,16 +243,59 @@ class OpenAIEngine(Engine):
                 return
             except Retry as retry:
                 errors.append(retry.error)
+            except TokenpipeError as refused:  # a 400: the request itself, not the replica
+                if broke is None or progress.texts:
+                    raise
+                errors.append(refused)  # an upstream that refuses to go on with an answer
+            except Broke as failed:
+                done += progress.texts
+                going_on = self._going_on(prepared, progress, done)
+                if going_on is None or len(self.replicas) == 1:
+                    raise failed.error from None
+                path, body = going_on
+                if broke is None:
+                    broke, errors = failed.error, []  # before it: tries at its beginning
+                else:
+                    errors.append(failed.error)
+                log.info("%s; going on with the answer elsewhere after %d tokens (%d "
+                         "characters)", failed.error.message, done, sum(map(len, said)))
             finally:
                 replica.in_flight -= 1
+        if broke is not None:
+            why = "; ".join(e.message for e in errors) or "no other upstream is healthy"
+            raise EngineError(f"{broke.message}, and no other upstream could go on with "
+                              f"the answer: {why}")
         raise self.replicas.give_up(errors)
 
-    def _body(self, prepared: PreparedRequest) -> tuple[str, bytes]:
+    def _going_on(self, prepared: PreparedRequest, progress: Progress, done: int
+                  ) -> tuple[str, bytes] | None:
+        """The request that continues an answer whose replica broke after `done` tokens
+        (engines/prefill.py `continuation`), or None where that would not be the same
+        answer: calls or a thinking section came, or text the engine does not pass on."""
+        if not self.continue_answers or progress.calls is not None or progress.aside:
+            return None
+        text = "".join(progress.said)
+        request = prepared.request
+        if request.split_reasoning and THINK_OPEN in text:
+            return None
+        going_on = continuation(request, text, prepared.max_tokens - done)
+        if going_on is None:
+            return None
+        return self._body(PreparedRequest(going_on, prepared.prompt_text, (),
+                                          prepared.max_tokens - done), going_on=True)
+
+    def _body(self, prepared: PreparedRequest, *, going_on: bool = False
+              ) -> tuple[str, bytes]:
+        """The upstream request; `going_on`: a continuation, whose last assistant message
+        the upstream continues (vLLM's two flags; llama-server and tokenpipe continue a
+        last assistant message anyway)."""
         request, p = prepared.request, prepared.request.params
         body: dict[str, Any] = {"model": self.model}
         if request.messages is not None:
             path = "/v1/chat/completions"
             body["messages"] = [upstream_message(m) for m in request.messages]
+            if going_on:
+                body.update(continue_final_message=True, add_generation_prompt=False)
         else:
             path = "/v1/completions"
             body["prompt"] = request.prompt
@@ -260,17 +319,16 @@ class OpenAIEngine(Engine):
         return path, json.dumps(body, ensure_ascii=False).encode()
 
     async def _attempt(self, replica: Replica, path: str, body: bytes,
-                       sent: http.Connection | None = None, *, tools: bool = False
+                       sent: http.Connection | None, progress: Progress
                        ) -> AsyncGenerator[EngineEvent, None]:
         """One upstream request (`sent`: already written there by begin()). Raises Retry
-        for a failure before the first token."""
+        for a failure before the first token, Broke for one after it."""
         origin = self._origins.get(replica.base)
         if not self._open or origin is None:
             if sent is not None:
                 sent.close()
             raise EngineUnavailable("the openai engine is closed")
         decoder = http.SSEDecoder()
-        progress = Progress(tools=tools)
         conn: http.Connection | None = None
         try:
             # Up to the first token: nothing is passed on yet, so any failure may move on.
@@ -298,30 +356,31 @@ class OpenAIEngine(Engine):
                 verb = "unreachable" if isinstance(exc, http.ConnectError) else "failed"
                 raise Retry(EngineError(f"upstream {replica.base} {verb}: "
                                          f"{describe(exc)}")) from None
-            # From here on the text is this replica's: a failure ends the generation.
+            # From here on the text is passed on: a failure breaks this answer here.
             while True:
                 for event in progress.events:
                     yield event
                 progress.events.clear()
                 if progress.failure is not None:
-                    raise progress.failure
+                    raise Broke(progress.failure)
                 if progress.done:
                     break
                 try:
                     raw = await conn.receive(self.idle_timeout_s)
                 except TimeoutError:
-                    raise EngineError(f"upstream {replica.base} sent nothing for "
-                                      f"{self.idle_timeout_s:g} s mid-answer") from None
+                    raise Broke(EngineError(f"upstream {replica.base} sent nothing for "
+                                            f"{self.idle_timeout_s:g} s mid-answer")) from None
                 except http.HTTPError as exc:
                     replica.mark(False, f"upstream {replica.base} failed: {describe(exc)}")
-                    raise EngineError(f"upstream {replica.base} failed mid-answer after "
-                                      f"{progress.texts} tokens: {describe(exc)}") from None
+                    raise Broke(EngineError(
+                        f"upstream {replica.base} failed mid-answer after {progress.texts} "
+                        f"tokens: {describe(exc)}")) from None
                 if raw is None:
                     if progress.finish is not None:
                         break  # no [DONE], but the answer itself was complete
                     replica.mark(False, f"upstream {replica.base} cut a stream")
-                    raise EngineError(f"upstream {replica.base} closed the stream mid-answer "
-                                      f"after {progress.texts} tokens")
+                    raise Broke(EngineError(f"upstream {replica.base} closed the stream "
+                                            f"mid-answer after {progress.texts} tokens"))
                 for sse in decoder.feed(raw):
                     handle_event(sse.data, progress, replica, streamed=True)
             finished = finish_events(progress, replica)

@@ -16,6 +16,11 @@ KIND = EngineKind(
                help="openai engine: wait this long for a replica's first token (60)"),
         Option("upstream_idle_timeout_s", "float", 30.0,
                help="openai engine: longest silence mid-answer (30)"),
+        Option("upstream_mid_answer", "str", "continue", choices=("continue", "fail"),
+               help="openai engine: an upstream that fails mid-answer: continue the "
+                    "answer on another (upstreams that continue a last assistant message: "
+                    "vLLM, llama-server, tokenpipe), or fail it with engine_error "
+                    "(continue)"),
     ),
     # `--model NAME=openai:URL` names the upstream; the upstream renders its own prompts
     capabilities=Capabilities(spec_option="upstream", renders_prompts=False),

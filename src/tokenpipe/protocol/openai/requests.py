@@ -278,6 +278,14 @@ class ChatCompletionRequest(_Sampling):
     reasoning_format: Literal["auto", "deepseek", "none"] | None = Field(
         default=None, description="llama.cpp's extra: auto (default) and deepseek put a "
         "thinking section in reasoning_content (and reasoning); none keeps it in content.")
+    continue_final_message: bool | None = Field(
+        default=None, description="vLLM's extra: true when the last message is an assistant "
+        "turn to continue (tokenpipe continues one whether or not this says so; a value "
+        "that says otherwise answers 400).")
+    add_generation_prompt: bool | None = Field(
+        default=None, description="vLLM's extra: false when the last message is an "
+        "assistant turn to continue, true otherwise (a value that says otherwise answers "
+        "400).")
     logprobs: bool | None = Field(default=None, description="Each answer token's "
                                   "log-probability in choices[].logprobs.content.")
     top_logprobs: int | None = Field(default=None, ge=0, le=20, description="With logprobs: "
@@ -309,6 +317,23 @@ class ChatCompletionRequest(_Sampling):
     @model_validator(mode="after")
     def _tools_named_once(self) -> ChatCompletionRequest:
         check_tools(self.tools, self.tool_choice)
+        return self
+
+    @model_validator(mode="after")
+    def _continues_as_said(self) -> ChatCompletionRequest:
+        """vLLM's two flags, where they agree with what tokenpipe does: continue a last
+        assistant turn (a prefill, docs/protocol.md), begin a new answer after any other."""
+        last = self.messages[-1]
+        prefill = last.role == "assistant" and not last.tool_calls
+        for name, value, means in (("continue_final_message", self.continue_final_message,
+                                    prefill),
+                                   ("add_generation_prompt", self.add_generation_prompt,
+                                    not prefill)):
+            if value is not None and value != means:
+                raise PydanticCustomError(
+                    "unsupported_value", "tokenpipe continues a last assistant message and "
+                    "begins a new answer after any other: {name} {value} says otherwise",
+                    {"param": name, "name": name, "value": str(value).lower()})
         return self
 
     @model_validator(mode="after")

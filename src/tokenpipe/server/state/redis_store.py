@@ -47,6 +47,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from ...engines.prefill import continuation
 from ...errors import ReplicaLost, ShuttingDown
 from ...session import (
     Cursor,
@@ -58,7 +59,7 @@ from ...session import (
     Queued,
     Started,
 )
-from ...types import GenerationRequest, Message, Usage
+from ...types import GenerationRequest, Usage
 from ..resumable import Held, LocalResumeStore
 from . import codec
 
@@ -493,30 +494,16 @@ class _Follower:
 def _continuation(session: GenerationSession, fields: dict[str, str],
                   tokens: int) -> GenerationRequest | None:
     """The request that goes on from the logged text, or None where a continuation would
-    not be the same answer (module docstring)."""
+    not be the same answer (module docstring; engines/prefill.py `continuation`)."""
     if "request" not in fields or fields["api"] == "responses":  # stored by its replica
         return None
-    request = codec.decode_request(fields["request"])
-    if request.format is not None or request.params.logprobs is not None or (
-            request.tools and request.tool_choice.mode != "none"):
-        return None
-    left = int(fields["max_tokens"]) - tokens
     cursor = session.cursor(-1)
     deltas = [d for d in cursor.poll() if isinstance(d, Delta)]
     cursor.close()
-    if left <= 0 or any(d.channel != "content" for d in deltas):
+    if any(d.channel != "content" for d in deltas):
         return None
-    text = "".join(d.text for d in deltas)
-    params = dataclasses.replace(request.params, max_tokens=left,
-                                 given=request.params.given | {"max_tokens"})
-    if request.prompt is not None:
-        return dataclasses.replace(request, prompt=request.prompt + text, params=params)
-    messages = list(request.messages or ())
-    if messages and messages[-1].role == "assistant" and not messages[-1].tool_calls:
-        messages[-1] = dataclasses.replace(messages[-1], content=messages[-1].content + text)
-    elif text:
-        messages.append(Message("assistant", text))
-    return dataclasses.replace(request, messages=tuple(messages), params=params)
+    return continuation(codec.decode_request(fields["request"]),
+                        "".join(d.text for d in deltas), int(fields["max_tokens"]) - tokens)
 
 
 def _meta(held: Held) -> dict[Any, str]:
