@@ -218,9 +218,12 @@ def test_continue_after_a_server_restart(browser: Browser, built_ui: None,
         shot(page, "parts-continue-offered")
 
         answer.get_by_role("button", name="Continue this answer").click()
-        expect(answer).to_have_attribute("data-status", "done")
+        # the fake engine goes on with an answer begun as its own (here: the echo), as a
+        # model goes on with its text: more of the echo, up to max_tokens (~5 s)
+        expect(answer).to_have_attribute("data-status", "done", timeout=30_000)
         grown = answer_text(page)
         assert grown.startswith(partial) and len(grown) > len(partial), (partial, grown)
+        assert ("tokens flow one by one, " * 60).startswith(grown.strip()), grown[-80:]
         expect(page.locator("article.message")).to_have_count(2)  # the same turn, no new one
         # it went as the partial answer in the last, assistant, message of the conversation
         last = sent[-1]["messages"]

@@ -75,17 +75,18 @@ async def resumed(streams: ResumeStore, token: str, header: str | None, query: s
     """The answer to `GET /v1/streams/TOKEN`: the events after Last-Event-ID (the header,
     which a browser's EventSource sends on reconnecting, wins over `?last_event_id=`)."""
     raw = (header if header is not None else query or "").strip()
-    if raw and not _EVENT_ID.fullmatch(raw):  # int() would take "+3", "3_0" and "٣" too
-        return error_response(BadRequest(
-            f"Last-Event-ID must be an event id (an integer), not {raw[:40]!r}",
-            param="last_event_id"))
-    last = int(raw) if raw else None
+    valid = not raw or _EVENT_ID.fullmatch(raw)  # int() would take "+3", "3_0" and "٣" too
+    last = int(raw) if raw and valid else None
     # event id N is the delta of seq N - 1 (a replica replaying the stream waits for it)
     held = await streams.find(token, -1 if last is None else last - 1)
-    if held is None:
+    if held is None:  # an unknown token is a 404 whatever the header says
         return error_response(OpenAIError(
             "No resumable stream with that token: unknown, or its grace period ended.",
             param=None, openai_code="stream_not_found", status=404))
+    if not valid:
+        return error_response(BadRequest(
+            f"Last-Event-ID must be an event id (an integer), not {raw[:40]!r}",
+            param="last_event_id"))
     origin = held.sse if isinstance(held.sse, SseOrigin) else _of_v1(held)
     if last is not None and not -1 <= last <= _last_sent(held.session, origin):
         return error_response(BadRequest(
