@@ -78,6 +78,11 @@ class GenerationSession:
         self._readers: list[Cursor] = []  # the cursors told of news
         self._cancel: Callable[[], object] | None = None
         self.done = asyncio.Event()
+        # a shared store's log (server/state/): readers get the deltas below seq `logged`
+        # and the final event once `final_logged`, so no client has what the log has not
+        # (None: no gate; the log's own reader is ungated)
+        self.logged: int | None = None
+        self.final_logged = False
 
     @classmethod
     def loading_model(cls, model: str, *, resumable: bool = False,
@@ -161,6 +166,11 @@ class GenerationSession:
                                      delta.name, delta.logprobs))
         self._notify()
 
+    def log_reached(self, logged: int | None, final: bool = False) -> None:
+        """The gate (`logged`) moved: readers are told of what they may now take."""
+        self.logged, self.final_logged = logged, final
+        self._notify()
+
     def end_with(self, final: Finished | Failed) -> None:
         """The producing session's final event, as it was."""
         if self.final is None:
@@ -178,13 +188,13 @@ class GenerationSession:
             self._cancel()
 
     def cursor(self, after_seq: int = -1, on_news: Callable[[], None] | None = None, *,
-               progress: bool = False) -> Cursor:
+               progress: bool = False, gated: bool = True) -> Cursor:
         """A reader from `after_seq` on, beside any others (only a resumable session keeps
         what one reader took for the next); `on_news` is called, on the loop, whenever
         there is something to take; `progress`: it is told of a long prompt's prefill
         (Progress) before the first delta. ValueError as check_after() says."""
         self.check_after(after_seq)
-        cursor = Cursor(self, after_seq, on_news, progress)
+        cursor = Cursor(self, after_seq, on_news, progress, gated)
         self._readers.append(cursor)
         return cursor
 
@@ -308,8 +318,10 @@ class Cursor:
     was away comes merged into one delta (`merge=False`: one delta per engine piece)."""
 
     def __init__(self, session: GenerationSession, after_seq: int,
-                 on_news: Callable[[], None] | None = None, progress: bool = False) -> None:
+                 on_news: Callable[[], None] | None = None, progress: bool = False,
+                 gated: bool = True) -> None:
         self.session = session
+        self.gated = gated  # held back by the session's log gate (GenerationSession.logged)
         self.after = after_seq
         self._on_news = on_news
         self._progress = progress
@@ -358,7 +370,17 @@ class Cursor:
                 s.progress.done > self._sent_done):
             self._sent_done = s.progress.done
             out.append(s.progress)
-        out += s._take_deltas(self.after, merge)
+        deltas = s._take_deltas(self.after, merge)
+        if s.logged is not None and self.gated:
+            deltas = [d for d in deltas if d.seq < s.logged]
+            out += deltas
+            if deltas:
+                self.after = deltas[-1].seq
+            if s.final is not None and s.final_logged and self.after >= s.next_seq - 1:
+                self._sent_final = True
+                out.append(s.final)
+            return out
+        out += deltas
         self.after = s.next_seq - 1
         if s.final is not None:
             self._sent_final = True

@@ -112,6 +112,52 @@ async def test_resumable_sse_resumes_on_another_replica(
     assert content(before) + content(after) == await uninterrupted(a, 60)
 
 
+async def test_a_client_never_holds_a_delta_the_log_has_not() -> None:
+    """Deltas reach the client only once the shared log has them (a replica that dies right
+    after sending one loses nothing a resume elsewhere needs): while Redis is stopped
+    (SIGSTOP) the stream waits; past the call timeout (1.5 s) the stream goes on without
+    the log, /health says degraded, and after SIGCONT the replica uses Redis again."""
+    with running(RedisServer()) as redis_server, running(replica(redis_server)) as server:
+        reference = await uninterrupted(server, 150)
+
+        async def stalled(seconds: float) -> tuple[int, float, str]:
+            """Deltas received while Redis is stopped for `seconds`, the longest wait for
+            one, and the whole text."""
+            async with Client(server.ws_url) as client:
+                gen = await client.generate(PACED, resumable=True, params={"max_tokens": 150})
+                async for _ in gen:
+                    if len(gen.deltas) >= 3:
+                        break
+                redis_server.proc.send_signal(signal.SIGSTOP)
+                stopped = time.monotonic()
+                resume = asyncio.get_running_loop().call_later(
+                    seconds, redis_server.proc.send_signal, signal.SIGCONT)
+                longest, last, during = 0.0, stopped, 0
+                try:
+                    async for _ in gen:
+                        now = time.monotonic()
+                        longest, last = max(longest, now - last), now
+                        during += now - stopped < seconds
+                finally:
+                    resume.cancel()
+                    redis_server.proc.send_signal(signal.SIGCONT)
+                seqs = [d["seq"] for d in gen.deltas]
+                assert seqs == list(range(len(seqs)))
+                return during, longest, gen.text
+
+        during, longest, text = await stalled(0.8)
+        assert during <= 1 and text == reference, (during, longest)
+        async with httpx.AsyncClient(timeout=10) as http:
+            assert (await http.get(server.url + "/health")).json()["status"] == "ok"
+            during, longest, text = await stalled(3.0)
+            assert text == reference and 0 < during and longest < 2.5, (during, longest)
+            deadline = time.monotonic() + 10
+            while (await http.get(server.url + "/health")).json()["status"] != "ok":
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.2)
+        print(f"Redis stopped 3 s: the stream waited {longest:.2f} s, then went on unlogged")
+
+
 async def test_a_cancel_sent_to_the_other_replica_stops_the_producer(
         replicas: tuple[ServerProcess, ServerProcess]) -> None:
     a, b = replicas

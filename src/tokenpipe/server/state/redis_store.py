@@ -66,6 +66,7 @@ from . import codec
 log = logging.getLogger("tokenpipe.state")
 LEASE_S = 3.0  # the producer's lease; renewed every LEASE_S / 3
 RETRY_S = 1.0  # Redis away: how often the probe tries it again
+CALL_TIMEOUT_S = 1.5  # a Redis call not answered by then counts as Redis away
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{16,64}")  # what secrets.token_urlsafe makes
 Start = Callable[[GenerationRequest, str], Awaitable[GenerationSession]]
 
@@ -124,17 +125,20 @@ class RedisResumeStore(LocalResumeStore):
         token = held.session.stream_token
         assert token is not None
         if held.session not in self._replays and f"mirror:{token}" not in self._tasks:
+            held.session.logged = 0  # its readers get what the log has (the mirror's gate)
             self._spawn(f"mirror:{token}", self._mirror(held))
 
     async def _mirror(self, held: Held, after: int = -1, taken: bool = False) -> None:
         """Logs the session's events in Redis as they are sealed (a follower's cursor:
         what it takes, every reader gets with the same seq), holding the lease; `taken`:
         a stream this replica took over, logged from after seq `after` (its log and meta
-        are there, its lease held)."""
+        are there, its lease held). The session's readers get each batch once it is logged
+        (GenerationSession.logged): no client ever has a delta another replica could not
+        replay; a stream that stops being logged is let go to them at once."""
         session = held.session
         token = session.stream_token
         assert token is not None
-        cursor = session.cursor(after, progress=not taken)
+        cursor = session.cursor(after, progress=not taken, gated=False)
         keys = [self._key(token, "lease"), self._key(token, "log"), self._key(token, "meta")]
         lease: asyncio.Task[None] | None = None
         try:
@@ -167,8 +171,13 @@ class RedisResumeStore(LocalResumeStore):
                     return
                 if handed:
                     return
+                seqs = [e.seq for e in events if isinstance(e, Delta)]
+                session.log_reached(seqs[-1] + 1 if seqs else session.logged,
+                                    isinstance(events[-1], Finished | Failed))
         finally:
             cursor.close()
+            if not session.final_logged:  # not shared any more: its readers go on without
+                session.log_reached(None)
             if lease is not None:
                 lease.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -316,6 +325,7 @@ class RedisResumeStore(LocalResumeStore):
         self.takeovers.inc()
         self._replayed.discard(token)
         session.bind_cancel(run.cancel)
+        session.logged = base  # its readers get what the log has, from here on too
         self._opened.add(token)
         self._spawn(f"mirror:{token}", self._mirror(held, after=base - 1, taken=True))
         cursor = run.cursor()
@@ -343,21 +353,24 @@ class RedisResumeStore(LocalResumeStore):
         if task is not None:
             task.cancel()
 
-    async def _safely(self, call: Callable[[], Awaitable[Any]], what: str) -> Any:
+    async def _safely(self, call: Callable[[], Awaitable[Any]], what: str,
+                      timeout_s: float = CALL_TIMEOUT_S) -> Any:
         """A Redis call whose failure costs the shared state, never a stream: None when it
-        failed, or when Redis is known to be away (nothing but the probe calls it then).
-        The first failure is logged, /health says degraded (`failure`) until the probe
-        reaches Redis again."""
+        failed, took over `timeout_s` (a Redis that hangs holds streams back no longer:
+        their deltas wait for the log), or when Redis is known to be away (nothing but the
+        probe calls it then). The first failure is logged, /health says degraded
+        (`failure`) until the probe reaches Redis again."""
         if self.failure is not None:
             return None
         try:
-            return await call()
-        except (RedisError, OSError) as exc:
+            async with asyncio.timeout(timeout_s):
+                return await call()
+        except (RedisError, OSError, TimeoutError) as exc:
             if self.failure is None:  # calls in flight at once fail together: once
                 log.warning("state store %s unreachable (%s): %s; streams go on, resumable "
                             "on this replica only until it is back", _safe(self.url), what,
                             exc)
-                self.failure = f"state store unreachable: {exc}"
+                self.failure = f"state store unreachable: {exc or 'no answer in time'}"
                 self.outages.inc()
                 self._spawn("probe", self._probe())
             return None
@@ -368,12 +381,13 @@ class RedisResumeStore(LocalResumeStore):
         while True:
             await asyncio.sleep(RETRY_S)
             try:
-                await self.redis.ping()
+                async with asyncio.timeout(CALL_TIMEOUT_S):
+                    await self.redis.ping()
                 for token in list(self._abandoned):
                     await self.redis.delete(*(self._key(token, what) for what in
                                               ("log", "meta", "lease", "reader", "cancel")))
                     self._abandoned.discard(token)
-            except (RedisError, OSError):
+            except (RedisError, OSError, TimeoutError):
                 continue
             log.info("state store %s reachable again", _safe(self.url))
             self.failure = None
@@ -458,7 +472,7 @@ class _Follower:
         """Blocks up to block_ms for new batches; whether any came."""
         found = await self.store._safely(
             lambda: self.store.redis.xread({self.key: self.last_id}, block=block_ms),
-            "following a stream")
+            "following a stream", block_ms / 1000 + CALL_TIMEOUT_S)
         if not found:
             if found is None:
                 await asyncio.sleep(block_ms / 1000)  # Redis away: do not spin
