@@ -166,6 +166,7 @@ def main() -> int:
     parser.add_argument("--replicas", type=int, default=3)
     parser.add_argument("--upstreams", type=int, default=2)
     parser.add_argument("--scenario", choices=["kill", "rolling", "all"], default="all")
+    parser.add_argument("--lease-s", type=float, default=3.0, help="--state-lease-s")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="tokenpipe-chaos-"))
     procs: list[Proc] = []
@@ -182,7 +183,8 @@ def main() -> int:
         upstream = ",".join(f"http://127.0.0.1:{u.port}" for u in ups)
         replicas = [tokenpipe(free_port(), tmp, "--engine", "openai", "--upstream", upstream,
                               "--parallel", "256", "--max-queue", "1024", "--state",
-                              f"redis://127.0.0.1:{redis_port}/0", "--shutdown-grace-s", "0.5")
+                              f"redis://127.0.0.1:{redis_port}/0", "--shutdown-grace-s", "0.5",
+                              "--state-lease-s", str(args.lease_s))
                     for _ in range(args.replicas)]
         for p in ups + replicas:
             p.wait()
@@ -192,8 +194,8 @@ def main() -> int:
         url = f"ws://127.0.0.1:{front.port}/ws"
         names = ["kill", "rolling"] if args.scenario == "all" else [args.scenario]
         print(f"{args.streams} streams of {args.tokens} tokens ({args.pace_ms:g} ms a token), "
-              f"{args.replicas} replicas, {args.upstreams} fake upstreams, nginx, Redis; "
-              f"logs in {tmp}")
+              f"{args.replicas} replicas, {args.upstreams} fake upstreams, nginx, Redis, "
+              f"lease {args.lease_s:g} s; logs in {tmp}")
         for name in names:
             asyncio.run(scenario(name, args, replicas, url, tmp))
     finally:

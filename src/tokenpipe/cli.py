@@ -61,6 +61,9 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                         "(redis://HOST:PORT/DB; default: this process alone)")
     p.add_argument("--state-prefix", metavar="PREFIX",
                    help="the prefix of this deployment's Redis keys (tokenpipe)")
+    p.add_argument("--state-lease-s", type=float, metavar="S",
+                   help="how long a stream's replica holds it without renewing (3): a replica "
+                        "that died is taken over after about this")
     p.add_argument("--shutdown-grace-s", type=float, help="how long shutdown lets streams end")
     p.add_argument("--responses-db",
                    help="SQLite file of stored /v1/responses (default: "

@@ -91,6 +91,9 @@ class Settings:
     # redis://HOST:PORT/DB (server/state/redis_store.py)
     state: str | None = field(default=None, repr=False)  # a URL may hold a password
     state_prefix: str = "tokenpipe"  # the namespace of this deployment's keys
+    # a stream's producer holds a lease this long (renewed every third of it): how soon a
+    # replica that died is noticed, and how long a stall of its event loop may last
+    state_lease_s: float = 3.0
     shutdown_grace_s: float = 10.0
     sse_ping_interval_s: float = 15.0  # comment pings on idle OpenAI streams
     # stored Responses (/v1/responses): one SQLite file; None: responses_db_path()'s default

@@ -38,7 +38,7 @@ class Runtime:
         else:
             from .state import shared_store
 
-            store = shared_store(s.state, s.resume_grace_s, s.state_prefix)
+            store = shared_store(s.state, s.resume_grace_s, s.state_prefix, s.state_lease_s)
             store.start = lambda request, api: self.models.start(request, api=api)
             self.metrics.add_state(store)
             self.resumable = store

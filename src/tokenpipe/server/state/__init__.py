@@ -39,11 +39,11 @@ def check_reachable(url: str, timeout_s: float = 3.0) -> None:
         raise RuntimeError(f"cannot reach the state store {_safe(url)}: {exc}") from None
 
 
-def shared_store(url: str, grace_s: float, prefix: str) -> RedisResumeStore:
+def shared_store(url: str, grace_s: float, prefix: str, lease_s: float) -> RedisResumeStore:
     _redis()
     from .redis_store import RedisResumeStore
 
-    return RedisResumeStore(grace_s, url, prefix)
+    return RedisResumeStore(grace_s, url, prefix, lease_s)
 
 
 def shared_responses(url: str, prefix: str, *, max_age_s: float, max_count: int,

@@ -64,7 +64,6 @@ from ..resumable import Held, LocalResumeStore
 from . import codec
 
 log = logging.getLogger("tokenpipe.state")
-LEASE_S = 3.0  # the producer's lease; renewed every LEASE_S / 3
 RETRY_S = 1.0  # Redis away: how often the probe tries it again
 CALL_TIMEOUT_S = 1.5  # a Redis call not answered by then counts as Redis away
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{16,64}")  # what secrets.token_urlsafe makes
@@ -94,9 +93,11 @@ class RedisResumeStore(LocalResumeStore):
     replica produced them (ResumeStore). `start` runs a request here (the one start,
     ModelRegistry.start): set by the runtime, a take-over needs it."""
 
-    def __init__(self, grace_s: float, url: str, prefix: str = "tokenpipe") -> None:
+    def __init__(self, grace_s: float, url: str, prefix: str = "tokenpipe",
+                 lease_s: float = 3.0) -> None:
         super().__init__(grace_s)
         self.url, self.prefix = url, prefix
+        self.lease_s = lease_s  # the producer's lease, renewed every third of it
         self.redis = aioredis.from_url(url, socket_connect_timeout=2, socket_timeout=None)
         self._append = self.redis.register_script(_APPEND)
         self._renew = self.redis.register_script(_RENEW)
@@ -117,7 +118,7 @@ class RedisResumeStore(LocalResumeStore):
         return f"{self.prefix}:{token}:{what}"
 
     def _ttl_ms(self, live: bool) -> int:
-        return int((self.grace_s + (LEASE_S * 4 if live else 0)) * 1000)
+        return int((self.grace_s + (self.lease_s * 4 if live else 0)) * 1000)
 
     # ---- the producing replica ------------------------------------------------------------
     def keep(self, held: Held) -> None:
@@ -208,7 +209,7 @@ class RedisResumeStore(LocalResumeStore):
 
     async def _open_log(self, held: Held, keys: list[str]) -> bool:
         pipe = self.redis.pipeline(transaction=False)
-        pipe.set(keys[0], self.replica, px=int(LEASE_S * 1000))
+        pipe.set(keys[0], self.replica, px=int(self.lease_s * 1000))
         pipe.hset(keys[2], mapping=_meta(held))
         pipe.pexpire(keys[2], self._ttl_ms(live=True))
         token = held.session.stream_token
@@ -230,9 +231,9 @@ class RedisResumeStore(LocalResumeStore):
         it on another replica carried out."""
         keys = [self._key(token, what) for what in ("lease", "log", "meta", "cancel")]
         while session.final is None:
-            await asyncio.sleep(LEASE_S / 3)
+            await asyncio.sleep(self.lease_s / 3)
             state = await self._safely(lambda: self._renew(keys=keys, args=[
-                self.replica, int(LEASE_S * 1000), self._ttl_ms(live=True)]),
+                self.replica, int(self.lease_s * 1000), self._ttl_ms(live=True)]),
                 "renewing a lease")
             if state == -1:
                 return
@@ -297,7 +298,7 @@ class RedisResumeStore(LocalResumeStore):
 
     async def _cancel_there(self, token: str) -> None:
         await self._safely(lambda: self.redis.set(self._key(token, "cancel"), self.replica,
-                                                  px=int((self.grace_s + LEASE_S) * 1000)),
+                                                  px=int((self.grace_s + self.lease_s) * 1000)),
                            "cancelling a stream on its replica")
 
     async def _continue(self, held: Held, fields: dict[str, str], tokens: int) -> None:
@@ -454,14 +455,14 @@ class _Follower:
             if self.held.reader is not None and loop.time() - marked > store.grace_s / 3:
                 marked = loop.time()
                 await store.mark_read(self.token)
-            if await self._read(int(LEASE_S * 1000 / 3)):
+            if await self._read(int(store.lease_s * 1000 / 3)):
                 continue
             alive = await store._safely(lambda: store.redis.exists(lease),
                                         "checking a stream's producer")
             if alive != 0 or store.draining:  # None: Redis is away, keep waiting
                 continue
             got = await store._safely(lambda: store.redis.set(
-                lease, store.replica, nx=True, px=int(LEASE_S * 1000)), "taking a lease")
+                lease, store.replica, nx=True, px=int(store.lease_s * 1000)), "taking a lease")
             if got:
                 await self._read(1)  # what the producer logged before its lease lapsed
                 if self.session.final is None:
