@@ -154,15 +154,16 @@ class RedisResumeStore(LocalResumeStore):
                     if handed:
                         return
                     continue
-                if lease is None:
-                    if not taken and not await self._open_log(held, keys):
-                        return
-                    lease = asyncio.create_task(self._hold_lease(token, session))
                 batch = "[" + ",".join(map(codec.encode, events)) + "]"
                 args: list[str | int] = [self.replica, batch, session.completion_tokens,
                                          self._ttl_ms(live=not cursor.finished)]
-                done = await self._safely(functools.partial(self._append, keys, args),
-                                          f"logging stream {token[:6]}…")
+                if lease is None and not taken:  # lease, meta and first batch: one trip
+                    done = await self._open_log(held, keys, args)
+                else:
+                    done = await self._safely(functools.partial(self._append, keys, args),
+                                              f"logging stream {token[:6]}…")
+                if lease is None:
+                    lease = asyncio.create_task(self._hold_lease(token, session))
                 if done is None:  # a batch missing from the log: this replica's alone now
                     self._abandoned.add(token)  # (the probe deletes its keys)
                     return
@@ -207,18 +208,24 @@ class RedisResumeStore(LocalResumeStore):
                     "this replica shuts down; resume the stream on another"),
                     held.session.usage()))
 
-    async def _open_log(self, held: Held, keys: list[str]) -> bool:
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.set(keys[0], self.replica, px=int(self.lease_s * 1000))
+    async def _open_log(self, held: Held, keys: list[str], args: list[str | int]
+                        ) -> int | None:
+        """The producer's first write, in one transaction: its lease, the meta and the
+        first batch (as _APPEND would write it); 1 when written, None where Redis failed."""
+        replica, batch, tokens, ttl_ms = args
+        assert isinstance(ttl_ms, int)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.set(keys[0], replica, px=int(self.lease_s * 1000))
         pipe.hset(keys[2], mapping=_meta(held))
-        pipe.pexpire(keys[2], self._ttl_ms(live=True))
+        pipe.xadd(keys[1], {"e": batch, "n": tokens})
+        pipe.pexpire(keys[1], ttl_ms)
+        pipe.pexpire(keys[2], ttl_ms)
         token = held.session.stream_token
         assert token is not None
         if await self._safely(pipe.execute, f"opening the log of {token[:6]}…") is None:
-            self._abandoned.add(token)
-            return False
+            return None
         self._opened.add(token)
-        return True
+        return 1
 
     async def _release(self, token: str) -> None:
         lease = self._key(token, "lease")
