@@ -87,11 +87,36 @@ def test_without_include_usage_no_usage_chunk(fake_server: ServerProcess) -> Non
     assert all(c.usage is None for c in chunks)
 
 
+def test_every_door_s_events_have_one_content_type(fake_server: ServerProcess) -> None:
+    """Chat Completions, Completions (plain and resumable, and the resume GET), Anthropic
+    Messages and Responses: the same `text/event-stream; charset=utf-8`, as OpenAI's and
+    Anthropic's APIs send it."""
+    msgs, url = USER, fake_server.url
+    types = {}
+    with httpx.Client(base_url=url, timeout=10) as http:
+        for path, body in (
+                ("/v1/chat/completions", {"messages": msgs, "stream": True}),
+                ("/v1/chat/completions", {"messages": msgs, "stream": True, "resumable": True}),
+                ("/v1/completions", {"prompt": "hi", "stream": True}),
+                ("/v1/messages", {"model": "fake", "max_tokens": 8, "messages": msgs,
+                                  "stream": True}),
+                ("/v1/responses", {"model": "fake", "input": "hi", "stream": True,
+                                   "store": False})):
+            r = http.post(path, json=body)
+            assert r.status_code == 200, r.text
+            types[path + (" resumable" if "resumable" in body else "")] = r.headers[
+                "content-type"]
+            if "resumable" in body:
+                again = http.get(f"/v1/streams/{r.headers['x-stream-token']}")
+                types["/v1/streams/TOKEN"] = again.headers["content-type"]
+    assert set(types.values()) == {"text/event-stream; charset=utf-8"}, types
+
+
 def test_raw_stream_is_sse_done_right(fake_server: ServerProcess) -> None:
     body = {"messages": USER, "stream": True}
     r = httpx.post(fake_server.url + "/v1/chat/completions", json=body, timeout=10)
     assert r.status_code == 200
-    assert r.headers["content-type"] == "text/event-stream"
+    assert r.headers["content-type"] == "text/event-stream; charset=utf-8"
     assert r.headers["cache-control"] == "no-store"
     assert r.headers["x-accel-buffering"] == "no"
     assert r.text.endswith("data: [DONE]\n\n")
@@ -407,7 +432,7 @@ async def test_queue_overload_and_disconnect_free_the_slot(small_server: ServerP
                       "stream": True}
             async with http.stream("POST", url, json=b_body) as b:
                 assert b.status_code == 200
-                assert b.headers["content-type"] == "text/event-stream"
+                assert b.headers["content-type"] == "text/event-stream; charset=utf-8"
                 b_lines = b.aiter_lines()
                 first = await anext(b_lines)
                 while not first:

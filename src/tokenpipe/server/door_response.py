@@ -44,6 +44,10 @@ def stream_headers(content_type: bytes) -> Headers:
             (b"x-accel-buffering", b"no")]
 
 
+# every door's server-sent events (OpenAI's and Anthropic's APIs send this type too)
+SSE_HEADERS = stream_headers(b"text/event-stream; charset=utf-8")
+
+
 def retry_headers(exc: TokenpipeError, *, ms: bool = True) -> dict[str, str]:
     """`Retry-After` in whole seconds (at least 1) when `exc` has a retry time, and with
     `ms` `retry-after-ms` too (the OpenAI and Anthropic SDKs honour it)."""

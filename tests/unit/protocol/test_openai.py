@@ -273,7 +273,7 @@ def scheduler() -> Scheduler:
 async def test_stream_role_first_then_text_then_finish_usage_done(scheduler: Scheduler) -> None:
     asgi, session = await serve(scheduler, "[[echo]] héllo wörld", include_usage=True)
     assert asgi.start["status"] == 200
-    assert dict(asgi.start["headers"])[b"content-type"] == b"text/event-stream"
+    assert dict(asgi.start["headers"])[b"content-type"] == b"text/event-stream; charset=utf-8"
     events = asgi.data()
     assert events[-1] == "[DONE]"
     chunks = events[:-1]

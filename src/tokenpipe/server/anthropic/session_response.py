@@ -21,9 +21,12 @@ from ...errors import TokenpipeError
 from ...protocol.anthropic.errors import error_body, status_of
 from ...protocol.anthropic.events import PING, MessageRender
 from ...session import Delta, Event, Failed, Finished, GenerationSession
-from ..door_response import PING_INTERVAL_S, DoorResponse, retry_headers, stream_headers
-
-SSE_HEADERS = stream_headers(b"text/event-stream; charset=utf-8")
+from ..door_response import (
+    PING_INTERVAL_S,
+    SSE_HEADERS,
+    DoorResponse,
+    retry_headers,
+)
 
 
 def error_response(exc: TokenpipeError) -> Response:

@@ -28,8 +28,8 @@ from ...protocol import sse
 from ...protocol.openai.errors import error_body
 from ...session import Delta, Event, Failed, Finished, GenerationSession, Queued
 from ...types import GenerationRequest, Usage
-from ..door_response import PING_INTERVAL_S, DoorResponse, Reading, no_receive
-from .session_response import SSE_HEADERS, Shape, error_response
+from ..door_response import PING_INTERVAL_S, SSE_HEADERS, DoorResponse, Reading, no_receive
+from .session_response import Shape, error_response
 
 SEED_SPACE = 2**63
 

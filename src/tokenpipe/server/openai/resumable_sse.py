@@ -25,9 +25,9 @@ from ...protocol import sse
 from ...protocol.openai.errors import OpenAIError, error_body
 from ...protocol.openai.render import ChatRender, CompletionRender
 from ...session import Cursor, Delta, Event, Failed, Finished, GenerationSession
-from ..door_response import DoorResponse, HeadFirst, Reading
+from ..door_response import SSE_HEADERS, DoorResponse, HeadFirst, Reading
 from ..resumable import Held, ResumeStore
-from .session_response import SSE_HEADERS, error_response
+from .session_response import error_response
 
 Shape = ChatRender | CompletionRender
 _ON, _OFF = ("1", "true", "yes"), ("0", "false", "no", "")

@@ -23,9 +23,13 @@ from ...protocol import sse
 from ...protocol.openai.errors import error_body
 from ...protocol.openai.render import ChatRender, CompletionRender
 from ...session import Delta, Event, Failed, Finished, GenerationSession
-from ..door_response import PING_INTERVAL_S, DoorResponse, retry_headers, stream_headers
+from ..door_response import (
+    PING_INTERVAL_S,
+    SSE_HEADERS,
+    DoorResponse,
+    retry_headers,
+)
 
-SSE_HEADERS = stream_headers(b"text/event-stream")
 Shape = ChatRender | CompletionRender  # the OpenAI objects of one answer
 
 

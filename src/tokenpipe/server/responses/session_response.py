@@ -24,12 +24,11 @@ from ...protocol.responses.answers import Answer
 from ...protocol.responses.errors import http_body
 from ...protocol.responses.events import failure_event
 from ...session import Delta, Event, Failed, Finished, GenerationSession
-from ..door_response import DoorResponse, Reading, retry_headers, stream_headers
+from ..door_response import SSE_HEADERS, DoorResponse, Reading, retry_headers
 from ..resumable import ResumeStore
 from .runs import Run
 from .store import StoreError
 
-SSE_HEADERS = stream_headers(b"text/event-stream; charset=utf-8")
 Keep = Callable[[dict[str, Any], str], Awaitable[None]]  # stores (final response, text)
 
 
