@@ -357,8 +357,10 @@ async def test_unfinished_huge_headers_are_cut_off(server: ServerProcess) -> Non
 
     results = await under_attack(server, "unfinished headers", "5 connections, each an "
                                  "unfinished header of up to 100 MB", attack)
+    # `written` is what the client got into loopback's socket buffers before it read the
+    # answer (4 MiB once, on a quiet machine): the server reads 32 KB of a head at most
     for status, written in results:
-        assert status in (431, None) and written < 4 * 1024 * 1024, results  # None: reset
+        assert status in (431, None) and written <= 8 * 1024 * 1024, results  # None: reset
     assert any(status == 431 for status, _ in results)
 
 
