@@ -3,9 +3,9 @@ an older commit's source (a git worktree), one this checkout's, the same engine;
 round runs `tokenpipe bench --compare-apis` against both in turn (A B, B A, ...), and the
 medians per door give the after/before ratios of tokens/s and server CPU per delta.
 
-    .venv/bin/python scripts/bench_before_after.py /work/wt/before --engine fake \\
+    .venv/bin/python scripts/bench_before_after.py /tmp/before --engine fake \\
         --prompt "[[tokens=2000]]" --max-tokens 2000 -n 8 --rounds 4
-    .venv/bin/python scripts/bench_before_after.py /work/wt/before --max-tokens 128 -n 1
+    .venv/bin/python scripts/bench_before_after.py /tmp/before --max-tokens 128 -n 1
 
 BEFORE is a checkout of the older commit (`git worktree add --detach DIR COMMIT`); both
 servers run in this venv, the older one with PYTHONPATH=BEFORE/src."""
