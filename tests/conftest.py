@@ -34,6 +34,13 @@ TRANSFORMERS_GROUP = {
     "tests/unit/engines/test_prefill.py", "tests/unit/engines/test_recovery.py",
     "tests/unit/engines/test_transformers.py"}
 LOGS = ROOT / "tests" / "e2e" / "artifacts"
+# Decode threads of the engines the tests run: both cores when the suite runs alone; one on
+# each pytest-xdist worker (scripts/test.sh), so that two workers decoding at once never
+# oversubscribe the cores (llama.cpp's threads wait for each other at every op). Servers and
+# tools the tests start get it through TOKENPIPE_THREADS.
+THREADS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
+if THREADS == 1:
+    os.environ.setdefault("TOKENPIPE_THREADS", "1")
 
 
 class _Closable(Protocol):
@@ -91,6 +98,18 @@ async def close_after_texts(stream: AsyncIterator[Any], texts: int = 3) -> None:
     await stream.aclose()  # type: ignore[attr-defined]
 
 
+async def begun(client: Any, messages: list[dict[str, Any]], deltas: int,
+                **params: Any) -> tuple[Any, str, int]:
+    """A resumable generation on a tokenpipe.client connection, read until `deltas` deltas:
+    (the generation, its stream token, the last seq seen)."""
+    gen = await client.generate(messages, resumable=True, params=params)
+    async for _ in gen:
+        if len(gen.deltas) >= deltas:
+            break
+    assert gen.start is not None
+    return gen, gen.start["stream"], gen.deltas[-1]["seq"]
+
+
 async def drop_and_resume(ws_url: str, max_tokens: int = 40, *,
                           resume_url: str | None = None) -> tuple[Any, Any, str]:
     """Starts a resumable, paced fake-engine generation, leaves after two deltas, resumes it
@@ -99,13 +118,8 @@ async def drop_and_resume(ws_url: str, max_tokens: int = 40, *,
     from tokenpipe.client import Client
 
     async with Client(ws_url) as first:
-        gen = await first.generate([{"role": "user", "content": "[[pace_ms=20]]"}],
-                                   resumable=True, params={"max_tokens": max_tokens})
-        async for _ in gen:
-            if len(gen.deltas) >= 2:
-                break
-        assert gen.start is not None
-        token, seen = gen.start["stream"], gen.deltas[-1]["seq"]
+        gen, token, seen = await begun(first, [{"role": "user", "content": "[[pace_ms=20]]"}],
+                                       2, max_tokens=max_tokens)
     async with Client(resume_url or ws_url) as second:  # a new connection
         resumed = await second.resume(token, seen, "again")
         rest = await resumed.collect()

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import chat
+from tests.conftest import THREADS, chat
 from tokenpipe.config import engine_class
 from tokenpipe.engines.base import Engine, EngineOptions
 from tokenpipe.scheduler import Scheduler
@@ -60,7 +60,7 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
 
         model = str(bundled_model_path())
     eng = engine_class(name).from_options(
-        EngineOptions(model=model, context_size=2048, parallel=2, threads=2))
+        EngineOptions(model=model, context_size=2048, parallel=2, threads=THREADS))
     asyncio.run(eng.load())
     yield eng
     asyncio.run(eng.aclose())

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import chat
+from tests.conftest import THREADS, chat
 from tests.test_engine_contract import _model_for
 from tokenpipe.config import engine_class
 from tokenpipe.engines.base import Engine, EngineOptions
@@ -30,7 +30,7 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
         pytest.importorskip(NEEDS[name], reason=f"the {name} extra is not installed")
     if name == "transformers":  # the GGUF loaded once a session (tests/conftest.py)
         request.getfixturevalue("transformers_loads_once")
-    options = EngineOptions(model=_model_for(name), context_size=4096, parallel=2, threads=2)
+    options = EngineOptions(model=_model_for(name), context_size=4096, parallel=2, threads=THREADS)
     eng = engine_class(name).from_options(options)
     asyncio.run(eng.load())
     yield eng

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import LOGS, free_port
+from tests.conftest import LOGS, THREADS, free_port
 
 
 def llama_server_path() -> Path:
@@ -45,7 +45,7 @@ class LlamaServer:
         self.log_path = LOGS / f"llama-server-{self.port}.log"
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
-            [str(binary), "-m", str(bundled_model_path()), "-t", "2", "-c", str(ctx_size),
+            [str(binary), "-m", str(bundled_model_path()), "-t", str(THREADS), "-c", str(ctx_size),
              "-np", str(parallel), "--host", "127.0.0.1", "--port", str(self.port), *extra],
             stdout=self._log, stderr=subprocess.STDOUT)
 

@@ -15,7 +15,7 @@ import numpy as np
 import openai
 import pytest
 
-from tests.conftest import ServerProcess, closed_after_test
+from tests.conftest import THREADS, ServerProcess, closed_after_test
 from tokenpipe.client import Client
 from tokenpipe.engines.base import bundled_model_path
 from tokenpipe.engines.llamacpp.exact import GGML_TYPE_BF16
@@ -41,7 +41,7 @@ def test_completion_logprobs_are_llama_cpps_logits_for_the_same_greedy_request(
     assert lp["text_offset"] == [sum(len(t) for t in lp["tokens"][:i]) for i in range(12)]
 
     # the server's kernels: flash attention over a BF16 KV cache (--determinism exact)
-    llm = llama_cpp.Llama(str(bundled_model_path()), logits_all=True, n_ctx=256, n_threads=2,
+    llm = llama_cpp.Llama(str(bundled_model_path()), logits_all=True, n_ctx=256, n_threads=THREADS,
                           flash_attn=True, type_k=GGML_TYPE_BF16, type_v=GGML_TYPE_BF16,
                           verbose=False)
     try:

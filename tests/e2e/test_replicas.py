@@ -24,7 +24,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.conftest import ServerProcess, drop_and_resume, free_port, running
+from tests.conftest import ServerProcess, begun, drop_and_resume, free_port, running
 from tests.e2e.nginx import Nginx
 from tests.e2e.redis_server import RedisServer
 from tokenpipe.client import Client, ServerError
@@ -162,12 +162,7 @@ async def test_a_cancel_sent_to_the_other_replica_stops_the_producer(
         replicas: tuple[ServerProcess, ServerProcess]) -> None:
     a, b = replicas
     async with Client(a.ws_url) as first:
-        gen = await first.generate(PACED, resumable=True, params={"max_tokens": 2000})
-        async for _ in gen:
-            if len(gen.deltas) >= 2:
-                break
-        assert gen.start is not None
-        token, seen = gen.start["stream"], gen.deltas[-1]["seq"]
+        _, token, seen = await begun(first, PACED, 2, max_tokens=2000)
     async with Client(b.ws_url) as second:
         resumed = await second.resume(token, seen, "again")
         async for _ in resumed:
@@ -207,13 +202,7 @@ async def test_a_killed_replica_s_stream_is_taken_over_where_it_is_followed(
     max_tokens = 110  # the script is 120 tokens: cut by max_tokens, through its Japanese
     with running(replica(redis_server)) as doomed:
         async with Client(doomed.ws_url) as first:
-            gen = await first.generate(PACED, resumable=True,
-                                       params={"max_tokens": max_tokens})
-            async for _ in gen:
-                if len(gen.deltas) >= 2:
-                    break
-            assert gen.start is not None
-            token, seen = gen.start["stream"], gen.deltas[-1]["seq"]
+            gen, token, seen = await begun(first, PACED, 2, max_tokens=max_tokens)
         async with Client(b.ws_url) as second:
             resumed = await second.resume(token, seen, "again")
             async for _ in resumed:
@@ -254,12 +243,7 @@ async def test_a_killed_replica_s_greedy_answer_is_continued_on_the_real_model(
             whole = await (await client.generate(ask, params=params)).collect()
         with running(ServerProcess(model)) as doomed:
             async with Client(doomed.ws_url) as first:
-                gen = await first.generate(ask, resumable=True, params=params)
-                async for _ in gen:
-                    if len(gen.deltas) >= 3:
-                        break
-                assert gen.start is not None
-                token, seen = gen.start["stream"], gen.deltas[-1]["seq"]
+                gen, token, seen = await begun(first, ask, 3, **params)
             async with Client(b.ws_url) as second:
                 resumed = await second.resume(token, seen, "again")
                 async for _ in resumed:

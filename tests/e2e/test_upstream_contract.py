@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from tests.conftest import ServerProcess, running
+from tests.conftest import THREADS, ServerProcess, running
 from tests.e2e.llama_server import LlamaServer
 from tests.test_engine_contract import (
     chat,
@@ -55,7 +55,7 @@ CONTEXT = 4096
 # context_tokens it was given.
 UPSTREAMS = {
     "fake": ("--engine", "fake", "--ctx-size", str(CONTEXT)),
-    "llamacpp": ("--threads", "2", "--ctx-size", str(2 * CONTEXT)),
+    "llamacpp": ("--threads", str(THREADS), "--ctx-size", str(2 * CONTEXT)),
 }
 
 

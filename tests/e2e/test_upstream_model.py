@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ServerProcess, running
+from tests.conftest import THREADS, ServerProcess, running
 from tests.e2e.llama_server import LlamaServer
 from tests.e2e.test_upstream import eventually
 from tokenpipe.client import Client
@@ -37,7 +37,7 @@ def _needs_llama_cpp() -> None:
 def model_upstream() -> Iterator[ServerProcess]:
     """One sequence at a time, so a generation left running upstream would be visible."""
     _needs_llama_cpp()
-    with running(ServerProcess(("--parallel", "1", "--ctx-size", "4096", "--threads", "2"))
+    with running(ServerProcess(("--parallel", "1", "--ctx-size", "4096", "--threads", str(THREADS)))
                  ) as server:
         yield server
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import chat
+from tests.conftest import THREADS, chat
 from tokenpipe.config import engine_class
 from tokenpipe.engines.base import EngineOptions
 
@@ -22,7 +22,7 @@ async def test_the_template_given_renders_the_prompt(name: str,
         request.getfixturevalue("transformers_loads_once")
     request = chat("Hello there")
     engine = engine_class(name).from_options(EngineOptions(
-        parallel=1, context_size=512, threads=2, chat_template=TEMPLATE))
+        parallel=1, context_size=512, threads=THREADS, chat_template=TEMPLATE))
     try:
         await engine.load()
         # SmolLM2's own template is ChatML (<|im_start|>...): this text is only the override's

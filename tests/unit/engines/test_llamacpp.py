@@ -13,6 +13,7 @@ import pytest
 if not os.environ.get("CI"):
     pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
 
+from tests.conftest import THREADS
 from tokenpipe.engines.base import EngineOptions
 from tokenpipe.engines.llamacpp import LlamaCppEngine
 from tokenpipe.types import EngineText, GenerationRequest, Message, SamplingParams
@@ -25,7 +26,7 @@ SYSTEM = ("You are a careful assistant. Answer in one short paragraph, plainly, 
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[LlamaCppEngine]:
-    eng = LlamaCppEngine(EngineOptions(context_size=4096, parallel=4, threads=2))
+    eng = LlamaCppEngine(EngineOptions(context_size=4096, parallel=4, threads=THREADS))
     asyncio.run(eng.load())
     yield eng
     asyncio.run(eng.aclose())
@@ -67,7 +68,7 @@ async def test_repeated_prompt_reuses_the_slot_cache(engine: LlamaCppEngine) -> 
 def test_decode_steps_times_every_batch_size_at_the_same_positions() -> None:
     from tokenpipe.engines.llamacpp import LlamaCppEngine
 
-    times = LlamaCppEngine.time_decode_steps(EngineOptions(threads=2, parallel=4), [1, 2, 4],
+    times = LlamaCppEngine.time_decode_steps(EngineOptions(threads=THREADS, parallel=4), [1, 2, 4],
                                              rounds=2, steps=3, prompt_tokens=16)
     assert sorted(times) == [1, 2, 4]
     assert all(len(v) == 6 and min(v) > 0 for v in times.values())
@@ -79,7 +80,7 @@ def test_decode_steps_refuses_what_the_context_cannot_hold() -> None:
 
     with pytest.raises(EngineError, match="raise context_size"):
         LlamaCppEngine.time_decode_steps(
-            EngineOptions(threads=2, parallel=8, context_size=512), [1, 8], steps=100,
+            EngineOptions(threads=THREADS, parallel=8, context_size=512), [1, 8], steps=100,
             prompt_tokens=200)
 
 
@@ -89,7 +90,7 @@ def test_bench_decode_steps_prints_a_line_per_batch_size() -> None:
 
     out = subprocess.run(
         [sys.executable, "-m", "tokenpipe", "bench", "--decode-steps", "-n", "3",
-         "--rounds", "1", "--threads", "2"],
+         "--rounds", "1", "--threads", str(THREADS)],
         capture_output=True, text=True, timeout=120, check=True).stdout
     lines = [line.split() for line in out.splitlines() if line.strip().startswith("k=")]
     assert [line[0] for line in lines] == ["k=1", "k=2", "k=3"]

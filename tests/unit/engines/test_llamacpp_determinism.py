@@ -18,6 +18,7 @@ import pytest
 if not os.environ.get("CI"):
     pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
 
+from tests.conftest import THREADS
 from tokenpipe.engines.base import EngineOptions
 from tokenpipe.engines.llamacpp import LlamaCppEngine
 from tokenpipe.errors import EngineError
@@ -52,7 +53,7 @@ SEEDED = ask("Tell me about the town's bridges.", temperature=0.8, top_p=0.95, s
 def engine() -> Iterator[LlamaCppEngine]:
     # split: the strict promise (the shared pool's cell order moves with its history:
     # docs/determinism.md, "The KV cache's layout")
-    options = EngineOptions(context_size=8192, parallel=8, threads=2)
+    options = EngineOptions(context_size=8192, parallel=8, threads=THREADS)
     eng = LlamaCppEngine(options.with_values(kv_cache="split"))
     asyncio.run(eng.load())
     yield eng
@@ -113,7 +114,7 @@ async def test_one_token_per_decode_gives_the_batched_answer(engine: LlamaCppEng
     request = GenerationRequest(messages=(Message("user", QUESTION),),
                                 params=SamplingParams(max_tokens=TOKENS))
     batched = await answer(engine, request)
-    options = EngineOptions(context_size=2048, parallel=2, threads=2)
+    options = EngineOptions(context_size=2048, parallel=2, threads=THREADS)
     serial = LlamaCppEngine(options.with_values(determinism="serial", kv_cache="split"))
     await serial.load()
     try:

@@ -17,6 +17,7 @@ import pytest
 if not os.environ.get("CI"):
     pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
 
+from tests.conftest import THREADS
 from tokenpipe.engines.base import EngineOptions
 from tokenpipe.engines.llamacpp import LlamaCppEngine
 from tokenpipe.engines.llamacpp.migrate import one_stream
@@ -38,7 +39,7 @@ CONTEXT, PARALLEL = 1024, 4
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[LlamaCppEngine]:
-    options = EngineOptions(context_size=CONTEXT, parallel=PARALLEL, threads=2)
+    options = EngineOptions(context_size=CONTEXT, parallel=PARALLEL, threads=THREADS)
     eng = LlamaCppEngine(options.with_values(kv_cache="shared"))
     asyncio.run(eng.load())
     yield eng
@@ -107,7 +108,7 @@ async def test_split_cache_answers_stay_bit_identical_after_a_fragmenting_load()
     """With the split cache each sequence's cells stay in order in its own stream, so the
     same request's logprobs are bit-identical after any other traffic (the shared cache
     cannot promise that once it fragments: docs/determinism.md)."""
-    options = EngineOptions(context_size=CONTEXT, parallel=PARALLEL, threads=2)
+    options = EngineOptions(context_size=CONTEXT, parallel=PARALLEL, threads=THREADS)
     eng = LlamaCppEngine(options.with_values(kv_cache="split"))
     await eng.load()
     try:
@@ -135,7 +136,7 @@ async def test_split_cache_answers_stay_bit_identical_after_a_fragmenting_load()
 @pytest.fixture(scope="module")
 def tiered() -> Iterator[LlamaCppEngine]:
     eng = LlamaCppEngine(EngineOptions(context_size=2 * CONTEXT, parallel=PARALLEL,
-                                       threads=2))
+                                       threads=THREADS))
     asyncio.run(eng.load())
     yield eng
     asyncio.run(eng.aclose())
@@ -221,7 +222,7 @@ async def test_the_shared_tier_is_allocated_on_demand_and_freed_when_idle() -> N
     --shared-tier-keep-alive after): the load opens, checks and frees it; the conversation
     that outgrows its stream opens it (its prefill reported from 0), moves its turns over
     and answers as the same request does cold, after the tier was freed and opened again."""
-    options = EngineOptions(context_size=2 * CONTEXT, parallel=PARALLEL, threads=2)
+    options = EngineOptions(context_size=2 * CONTEXT, parallel=PARALLEL, threads=THREADS)
     eng = LlamaCppEngine(options.with_values(shared_tier_keep_alive=1.0))
     await eng.load()
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import THREADS
 from tokenpipe.engines.base import EngineOptions
 from tokenpipe.engines.fake import FakeEngine
 from tokenpipe.engines.prefill import continuation, prefill_of, render_with_prefill
@@ -94,7 +95,7 @@ async def test_the_model_template_renders_the_prefill(name: str,
     from tokenpipe.config import engine_class
 
     engine = engine_class(name).from_options(EngineOptions(parallel=1, context_size=512,
-                                                           threads=2))
+                                                           threads=THREADS))
     try:
         await engine.load()
         new_turn = engine.render(GenerationRequest(messages=ASKED))

