@@ -191,8 +191,9 @@ class LlamaCppEngine(DecodeThread, Engine):
         return self._vocab.tokenize(text, add_special=add_special)
 
     def encode(self, request: GenerationRequest, text: str) -> list[int]:
-        # a raw completion gets the model's BOS, as llama.cpp adds it
-        return self._vocab.tokenize(text, add_special=request.prompt is not None)
+        if request.prompt is not None:  # the model's BOS, as llama.cpp adds it
+            return self._vocab.tokenize(text, add_special=True)
+        return self._vocab.encode_chat(request, text)  # the client's text as text
 
     # ---- streaming (event loop side) ----------------------------------------------------
     def healthy(self) -> bool:

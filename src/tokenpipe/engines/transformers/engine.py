@@ -40,6 +40,7 @@ from ...errors import EngineUnavailable, MissingDependency
 from ...text import IdDetokenizer
 from ...types import EngineEvent, EngineFinish, EngineStart, GenerationRequest
 from ..base import Engine, EngineInfo, EngineOptions, PreparedRequest
+from ..literal import Specials, encode_chat
 from ..prefill import render_with_prefill
 
 try:
@@ -105,6 +106,8 @@ class TransformersEngine(DecodeThread, Engine):
         if self.options.chat_template is not None:  # --chat-template: in place of the model's
             self._tok.chat_template = self.options.chat_template
         self._device = device
+        self._specials = Specials(t.content for t in self._tok.added_tokens_decoder.values()
+                                  if t.special)
         config = self._model.config.get_text_config(decoder=True)
         native = getattr(config, "max_position_embeddings", None) or self.options.total_context
         self._eog = end_tokens(self._model, self._tok)
@@ -143,16 +146,22 @@ class TransformersEngine(DecodeThread, Engine):
                                                   add_generation_prompt=True, tokenize=False)
         return text
 
-    def tokenize(self, text: str, *, add_special: bool = False) -> list[int]:
-        """Special tokens written in the text (the template's) are parsed as such; the
-        tokenizer's own BOS/EOS are added only with add_special (raw completions)."""
-        ids: list[int] = self._tok(text, add_special_tokens=add_special)["input_ids"]
+    def tokenize(self, text: str, *, add_special: bool = False, special: bool = True
+                 ) -> list[int]:
+        """`special`: special tokens written in the text are parsed as such (else they are
+        text: the tokenizer's split_special_tokens); the tokenizer's own BOS/EOS are added
+        only with add_special (raw completions)."""
+        ids: list[int] = self._tok(text, add_special_tokens=add_special,
+                                   split_special_tokens=not special)["input_ids"]
         return ids
 
     def encode(self, request: GenerationRequest, text: str) -> list[int]:
         # A raw completion gets the tokenizer's own BOS where it adds one (the chat template
-        # writes its own).
-        return self.tokenize(text, add_special=request.prompt is not None)
+        # writes its own); a chat's own text stays text (engines/literal.py).
+        if request.prompt is not None:
+            return self.tokenize(text, add_special=True)
+        return encode_chat(request, text, self.render, self._specials,
+                           lambda piece, special: self.tokenize(piece, special=special))
 
     def _detokenizer(self, prompt_ids: Sequence[int]) -> IdDetokenizer:
         tok = self._tok
