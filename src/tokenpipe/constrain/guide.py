@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import BadRequest, EngineError, TokenpipeError
+from ..types import GenerationRequest
+from .grammars import grammar_for
 
 if TYPE_CHECKING:
     import llguidance
@@ -69,15 +71,47 @@ class Guides:
 
         return cls(llguidance.hf.from_tokenizer(tokenizer), n_logits)
 
-    def check(self, grammar: str, param: str) -> None:
-        """Compiles `grammar` (or finds it compiled); BadRequest naming `param`, with the
-        library's reason, when it cannot be: never a silently unconstrained answer."""
-        self._pristine(grammar, param)
+    def check_request(self, request: GenerationRequest, prefill: str) -> None:
+        """An engine's check_output: the grammars `request` may be answered under compile
+        (with a thinking budget, both: whether the prompt opens the section decides which
+        runs), and the answer can go on from its `prefill` (a thinking budget cannot: the
+        thinking would have to come first)."""
+        if prefill and request.reasoning_budget is not None:
+            raise BadRequest("a thinking budget starts the answer with its thinking section: "
+                             "it cannot go on from a prefill (a last assistant message)",
+                             param="reasoning_budget")
+        for inside in (False, True) if request.reasoning_budget is not None else (False,):
+            grammar = grammar_for(request, inside=inside)
+            assert grammar is not None
+            self.check(*grammar, prefill=prefill)
 
-    def start(self, grammar: str, param: str = "response_format") -> Guide:
-        """A guide at the grammar's start, for one generation (`param`: the field that asked
-        for it, which its failure names)."""
-        return Guide(self._pristine(grammar, param).deep_copy(), self, param)
+    def check(self, grammar: str, param: str, prefill: str = "") -> None:
+        """Compiles `grammar` (or finds it compiled); BadRequest naming `param`, with the
+        library's reason, when it cannot be: never a silently unconstrained answer. With
+        a `prefill` (the answer begun in a last assistant message), BadRequest naming
+        `messages` unless the grammar can begin with it."""
+        matcher = self._pristine(grammar, param)
+        if prefill:
+            self._begun(matcher.deep_copy(), prefill, param)
+
+    def start(self, grammar: str, param: str = "response_format", prefill: str = "") -> Guide:
+        """A guide for one generation (`param`: the field that asked for it, which its
+        failure names), at the grammar's start or, with a `prefill`, after it: the answer
+        goes on from the prefill, so prefill and answer together are what the grammar
+        admits."""
+        matcher = self._pristine(grammar, param).deep_copy()
+        if prefill:
+            self._begun(matcher, prefill, param)
+        return Guide(matcher, self, param)
+
+    def _begun(self, matcher: llguidance.LLMatcher, prefill: str, param: str) -> None:
+        """`matcher` moved past `prefill` (its bytes, as the library's tokenizer cuts them:
+        the grammar reads bytes, whatever the tokens)."""
+        tokens = self.tokenizer.tokenize_str(prefill)
+        if matcher.try_consume_tokens(tokens) < len(tokens) or matcher.is_error():
+            raise BadRequest(f"the answer begun in the last assistant message (a prefill) "
+                             f"cannot begin an answer that {param} allows: {prefill[:60]!r}",
+                             param="messages")
 
     def _pristine(self, grammar: str, param: str) -> llguidance.LLMatcher:
         import llguidance

@@ -21,6 +21,7 @@ from ...constrain import Guides, grammar_for
 from ...errors import EngineError, EngineUnavailable
 from ...types import EngineEvent, EngineProgress
 from ..base import EngineInfo, drain, hand_over, opens_thinking
+from ..prefill import prefill_of
 from .next_token import next_token
 from .progress import progress
 from .sampler import make_sampler
@@ -178,7 +179,7 @@ class DecodeThread:
                                    seq.prompt, self.info.context_tokens)
         grammar = grammar_for(request, inside=opens_thinking(seq.prepared))
         if grammar is not None:  # checked in prepare(): compiled and cached
-            seq.guide = self._guides.result().start(*grammar)
+            seq.guide = self._guides.result().start(*grammar, prefill=prefill_of(request) or "")
         return True
 
     def _release(self, seq: Seq) -> None:

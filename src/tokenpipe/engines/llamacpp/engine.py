@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from ...constrain import Guides, build_in_background, grammar_for
+from ...constrain import Guides, build_in_background
 from ...errors import EngineError, EngineUnavailable, MissingDependency
 from ...types import EngineEvent, EngineFinish, EngineStart, GenerationRequest
 from ..base import (
@@ -37,6 +37,7 @@ from ..base import (
     PreparedRequest,
     bundled_model_path,
 )
+from ..prefill import prefill_of
 
 try:
     import llama_cpp as lc
@@ -178,10 +179,7 @@ class LlamaCppEngine(DecodeThread, Engine):
         give_back_freed_memory()
 
     def check_output(self, request: GenerationRequest) -> None:
-        for inside in (False, True) if request.reasoning_budget is not None else (False,):
-            grammar = grammar_for(request, inside=inside)  # both: the prompt decides
-            assert grammar is not None
-            self._guides.result().check(*grammar)
+        self._guides.result().check_request(request, prefill_of(request) or "")
 
     # ---- text ---------------------------------------------------------------------------
     def render(self, request: GenerationRequest) -> str:

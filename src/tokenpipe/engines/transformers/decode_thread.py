@@ -23,6 +23,7 @@ from ...errors import EngineError, EngineUnavailable
 from ...text import IdDetokenizer
 from ...types import EngineProgress
 from ..base import PROGRESS_TOKENS, EngineInfo, drain, hand_over, opens_thinking
+from ..prefill import prefill_of
 from .batch import KVBatch, plan_prefill, prefill_inputs
 from .next_token import Seq, choose, emit
 from .sampling import Sampler
@@ -139,7 +140,7 @@ class DecodeThread:
             seq.detok = self._detokenizer(prompt)
             grammar = grammar_for(request, inside=opens_thinking(seq.prepared))
             if grammar is not None:  # checked in prepare(): compiled and cached
-                seq.guide = self._guides.result().start(*grammar)
+                seq.guide = self._guides.result().start(*grammar, prefill=prefill_of(request) or "")
         long = [s for s in group if s.prepared.prompt_tokens > PROGRESS_TOKENS]
         for seq in long:  # one forward does the whole prefill: its start, then its end
             seq.out.append(EngineProgress(0, seq.prepared.prompt_tokens))

@@ -34,14 +34,14 @@ import threading
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from ...constrain import Guides, build_in_background, grammar_for
+from ...constrain import Guides, build_in_background
 from ...constrain.tools import chat_messages, template_takes_tools
 from ...errors import EngineUnavailable, MissingDependency
 from ...text import IdDetokenizer
 from ...types import EngineEvent, EngineFinish, EngineStart, GenerationRequest
 from ..base import Engine, EngineInfo, EngineOptions, PreparedRequest
 from ..literal import Specials, encode_chat
-from ..prefill import render_with_prefill
+from ..prefill import prefill_of, render_with_prefill
 
 try:
     from transformers import DynamicCache
@@ -125,10 +125,7 @@ class TransformersEngine(DecodeThread, Engine):
                  self.info.context_tokens, max_batch)
 
     def check_output(self, request: GenerationRequest) -> None:
-        for inside in (False, True) if request.reasoning_budget is not None else (False,):
-            grammar = grammar_for(request, inside=inside)  # both: the prompt decides
-            assert grammar is not None
-            self._guides.result().check(*grammar)
+        self._guides.result().check_request(request, prefill_of(request) or "")
 
     # ---- text ---------------------------------------------------------------------------
     def render(self, request: GenerationRequest) -> str:
