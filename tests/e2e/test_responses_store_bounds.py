@@ -138,6 +138,45 @@ async def test_no_shm_file_to_truncate_and_streams_finish(
     assert server.proc.poll() is None
 
 
+async def test_delete_forgets_one_response_and_later_ones_keep_their_copy(
+        http: httpx.AsyncClient, server: ServerProcess) -> None:
+    """DELETE's semantics (docs/protocol.md): the deleted response is gone (GET, continuing
+    it: 404), but a response that continued it keeps its own copy of the conversation,
+    the deleted text included, and continuing that one still reads it; deleting every
+    response of the conversation removes it."""
+    async with Bystander(server.ws_url) as bystander:
+        first = (await post(http, server, {"model": "fake", "input": "[[echo]] secret"})).json()
+        second = (await post(http, server, {"model": "fake", "input": "[[echo]] next",
+                                            "previous_response_id": first["id"]})).json()
+        gone = await http.delete(f"{server.url}/v1/responses/{first['id']}")
+        assert gone.json() == {"id": first["id"], "object": "response.deleted",
+                               "deleted": True}
+        assert (await http.get(f"{server.url}/v1/responses/{first['id']}")).status_code == 404
+        again = await post(http, server, {"model": "fake", "input": "hi",
+                                          "previous_response_id": first["id"]})
+        assert again.status_code == 404 and again.json()["error"]["param"] == (
+            "previous_response_id")
+        # the later response: its GET and input_items show only its own turn ...
+        items = (await http.get(f"{server.url}/v1/responses/{second['id']}/input_items")).json()
+        assert "secret" not in str(items) and "secret" not in str(
+            (await http.get(f"{server.url}/v1/responses/{second['id']}")).json())
+        # ... but continuing it reads the deleted turns: the same prompt as spelled out
+        continued = (await post(http, server, {"model": "fake", "input": "hi", "store": False,
+                                               "previous_response_id": second["id"]})).json()
+        spelled = (await post(http, server, {"model": "fake", "store": False, "input": [
+            {"role": "user", "content": "[[echo]] secret"},
+            {"role": "assistant", "content": "secret"},
+            {"role": "user", "content": "[[echo]] next"},
+            {"role": "assistant", "content": "next"},
+            {"role": "user", "content": "hi"}]})).json()
+        assert continued["usage"]["input_tokens"] == spelled["usage"]["input_tokens"]
+        await http.delete(f"{server.url}/v1/responses/{second['id']}")
+        last = await post(http, server, {"model": "fake", "input": "hi",
+                                         "previous_response_id": second["id"]})
+        assert last.status_code == 404
+    bystander.check()
+
+
 @pytest.fixture(scope="module")
 def tight() -> Iterator[ServerProcess]:
     """A store whose per-response cap a long answer passes (the input alone does not):
