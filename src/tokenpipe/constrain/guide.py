@@ -8,13 +8,11 @@ table lookup and add ~35 µs (scripts/measure_constrain.py prints both)."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import ctypes
 import os
 import threading
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,6 +20,7 @@ import numpy as np
 from ..errors import BadRequest, EngineError, TokenpipeError
 from ..types import GenerationRequest
 from .grammars import grammar_for
+from .vocabularies import View
 
 if TYPE_CHECKING:
     import llguidance
@@ -47,8 +46,12 @@ class Guides:
     """Compiled grammars for one vocabulary. Thread-safe: the event loop (or a prepare
     thread) checks a format, the decode thread starts guides."""
 
-    def __init__(self, tokenizer: llguidance.LLTokenizer, n_logits: int) -> None:
+    def __init__(self, tokenizer: llguidance.LLTokenizer, n_logits: int,
+                 keep: object = None) -> None:
+        """`keep`: what the tokenizer reads, kept alive as long as these guides
+        (vocabularies.View)."""
         self.tokenizer = tokenizer
+        self._keep = keep
         self.n_logits = n_logits  # the model's logits per row (may exceed the vocabulary)
         self.n_vocab = tokenizer.vocab_size
         self._compiled: OrderedDict[str, tuple[llguidance.LLMatcher, int]] = OrderedDict()
@@ -56,20 +59,18 @@ class Guides:
         self._lock = threading.Lock()
 
     @classmethod
+    def of(cls, view: View, n_logits: int) -> Guides:
+        """From a vocabulary's view (vocabularies.py: built once per model file)."""
+        return cls(view.tokenizer, n_logits, keep=view)
+
+    @classmethod
     def for_llamacpp(cls, vocab: Any, n_logits: int) -> Guides:
-        """From a llama.cpp vocabulary (about 0.4 s for 49k tokens: build once per model)."""
+        """From a llama.cpp vocabulary the caller keeps alive (about 0.3 s for 49k tokens)."""
         from llguidance.llamacpp import lltokenizer_from_vocab
 
         with warnings.catch_warnings():  # llguidance 1.9 calls a deprecated llama.cpp alias
             warnings.filterwarnings("ignore", "llama_token_get_attr", DeprecationWarning)
             return cls(lltokenizer_from_vocab(vocab), n_logits)
-
-    @classmethod
-    def for_hf(cls, tokenizer: Any, n_logits: int) -> Guides:
-        """From a Hugging Face (fast) tokenizer."""
-        import llguidance.hf
-
-        return cls(llguidance.hf.from_tokenizer(tokenizer), n_logits)
 
     def check_request(self, request: GenerationRequest, prefill: str) -> None:
         """An engine's check_output: the grammars `request` may be answered under compile
@@ -178,23 +179,6 @@ def _rss() -> int:
             return int(f.read().split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
         return 0
-
-
-def build_in_background(build: Callable[[], Guides], name: str
-                        ) -> concurrent.futures.Future[Guides]:
-    """Builds an engine's Guides in a thread of its own (the library's view of a 49k
-    vocabulary takes ~0.4 s), beside the rest of the model's load; the first request
-    with a format waits for it in its prepare thread."""
-    future: concurrent.futures.Future[Guides] = concurrent.futures.Future()
-
-    def run() -> None:
-        try:
-            future.set_result(build())
-        except BaseException as exc:
-            future.set_exception(exc)
-
-    threading.Thread(target=run, name=name, daemon=True).start()
-    return future
 
 
 class Guide:

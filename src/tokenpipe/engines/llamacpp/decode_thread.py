@@ -8,7 +8,6 @@ below."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import queue
 import threading
@@ -17,7 +16,7 @@ from collections import deque
 
 import llama_cpp as lc
 
-from ...constrain import Guides, grammar_for
+from ...constrain import Guides, OnFirstUse, grammar_for
 from ...errors import EngineError, EngineUnavailable
 from ...types import EngineEvent, EngineProgress
 from ..base import EngineInfo, drain, hand_over, opens_thinking
@@ -49,7 +48,7 @@ class DecodeThread:
     _failure: str | None
     _tiers: list[Tier]
     _vocab: Vocab
-    _guides: concurrent.futures.Future[Guides]
+    _guides: OnFirstUse[Guides]
     _batch_cap: int
     shared_tier_keep_alive: float
 

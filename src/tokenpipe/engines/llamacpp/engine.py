@@ -15,7 +15,6 @@ exact.py picks the kernels), so the caches and the batching never change an answ
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import os
 import queue
@@ -24,7 +23,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from ...constrain import Guides, build_in_background
+from ...constrain import Guides, OnFirstUse, llamacpp_view
 from ...errors import EngineError, EngineUnavailable, MissingDependency
 from ...types import EngineEvent, EngineFinish, EngineStart, GenerationRequest
 from ..base import (
@@ -126,11 +125,10 @@ class LlamaCppEngine(DecodeThread, Engine):
                 self.kv_cache, self.parallel, lc.llama_model_n_ctx_train(self._model)),
                 self.parallel)
         self.model_path = path
-        # the grammar library's view of the vocabulary (~0.4 s): built beside the rest of
-        # the load, awaited by the first request with an output format
-        vocab = self._vocab
-        self._guides = build_in_background(
-            lambda: Guides.for_llamacpp(vocab.handle, vocab.n_tokens), "llamacpp-guides")
+        # the grammar library's view of the vocabulary: built by the first request with an
+        # output format, once per model file (it holds the GIL ~0.1 s: constrain/vocabularies.py)
+        n_tokens = self._vocab.n_tokens
+        self._guides = OnFirstUse(lambda: Guides.of(llamacpp_view(path), n_tokens))
         self._new_context()
         self._embeds = EmbedWorker(Embedder(
             self._model, self._vocab.n_tokens, self._threads,
@@ -262,9 +260,6 @@ class LlamaCppEngine(DecodeThread, Engine):
 
     def _free_context(self) -> None:
         self._free_run_state()
-        guides = getattr(self, "_guides", None)
-        if guides is not None:  # its thread reads the vocabulary: let it end first
-            concurrent.futures.wait([guides])
         if getattr(self, "_model", None):
             lc.llama_model_free(self._model)
             self._model = None

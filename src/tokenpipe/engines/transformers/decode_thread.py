@@ -7,7 +7,6 @@ inherits it; what it reads of the engine is declared below."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import queue
 import threading
@@ -18,7 +17,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from ...constrain import Guides, grammar_for
+from ...constrain import Guides, OnFirstUse, grammar_for
 from ...errors import EngineError, EngineUnavailable
 from ...text import IdDetokenizer
 from ...types import EngineProgress
@@ -49,7 +48,7 @@ class DecodeThread:
     _device: Any
     _eog: frozenset[int]
     _cache_arg: str
-    _guides: concurrent.futures.Future[Guides]
+    _guides: OnFirstUse[Guides]
 
     def _piece(self, token: int) -> bytes:
         raise NotImplementedError  # engine.py: a token's text as UTF-8

@@ -34,7 +34,7 @@ import threading
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from ...constrain import Guides, build_in_background
+from ...constrain import Guides, OnFirstUse, hf_view
 from ...constrain.tools import chat_messages, template_takes_tools
 from ...errors import EngineUnavailable, MissingDependency
 from ...text import IdDetokenizer
@@ -116,8 +116,10 @@ class TransformersEngine(DecodeThread, Engine):
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self._batchable = mergeable(DynamicCache(config=self._model.config))
         tok, n_logits = self._tok, int(self._model.get_output_embeddings().weight.shape[0])
-        self._guides = build_in_background(lambda: Guides.for_hf(tok, n_logits),
-                                           "transformers-guides")
+        # the grammar library's view of the vocabulary: built by the first request with an
+        # output format, once per model (constrain/vocabularies.py)
+        key = (str(source), len(tok), n_logits)
+        self._guides = OnFirstUse(lambda: Guides.of(hf_view(key, tok), n_logits))
         max_batch = self.parallel if self._batchable else 1
         self.info = EngineInfo("transformers", self.info.model_id,
                                min(int(native), self.options.total_context), max_batch)
