@@ -13,6 +13,7 @@ import os
 import threading
 import warnings
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -71,20 +72,6 @@ class Guides:
         with warnings.catch_warnings():  # llguidance 1.9 calls a deprecated llama.cpp alias
             warnings.filterwarnings("ignore", "llama_token_get_attr", DeprecationWarning)
             return cls(lltokenizer_from_vocab(vocab), n_logits)
-
-    def check_request(self, request: GenerationRequest, prefill: str) -> None:
-        """An engine's check_output: the grammars `request` may be answered under compile
-        (with a thinking budget, both: whether the prompt opens the section decides which
-        runs), and the answer can go on from its `prefill` (a thinking budget cannot: the
-        thinking would have to come first)."""
-        if prefill and request.reasoning_budget is not None:
-            raise BadRequest("a thinking budget starts the answer with its thinking section: "
-                             "it cannot go on from a prefill (a last assistant message)",
-                             param="reasoning_budget")
-        for inside in (False, True) if request.reasoning_budget is not None else (False,):
-            grammar = grammar_for(request, inside=inside)
-            assert grammar is not None
-            self.check(*grammar, prefill=prefill)
 
     def check(self, grammar: str, param: str, prefill: str = "") -> None:
         """Compiles `grammar` (or finds it compiled); BadRequest naming `param`, with the
@@ -151,6 +138,24 @@ class Guides:
     def cached_bytes(self) -> int:
         """The estimated memory of the grammars kept (CACHE_BYTES at most)."""
         return self._bytes
+
+
+def check_request(guides: Callable[[], Guides], request: GenerationRequest,
+                  prefill: str) -> None:
+    """An engine's check_output: the grammars `request` may be answered under compile
+    (with a thinking budget, both: whether the prompt opens the section decides which
+    runs), and the answer can go on from its `prefill` (a thinking budget cannot: the
+    thinking would have to come first). `guides` is asked for only once the request's
+    schemas passed their own checks (the first call may build the vocabulary's view)."""
+    if prefill and request.reasoning_budget is not None:
+        raise BadRequest("a thinking budget starts the answer with its thinking section: "
+                         "it cannot go on from a prefill (a last assistant message)",
+                         param="reasoning_budget")
+    grammars = [grammar_for(request, inside=inside) for inside in (
+        (False, True) if request.reasoning_budget is not None else (False,))]
+    for grammar in grammars:
+        assert grammar is not None
+        guides().check(*grammar, prefill=prefill)
 
 
 def _trim() -> None:

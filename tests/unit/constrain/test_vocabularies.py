@@ -5,6 +5,7 @@ the engine's load builds none (issue 31 item 5: the build holds the GIL ~100 ms)
 from __future__ import annotations
 
 import functools
+import json
 import os
 import threading
 
@@ -12,6 +13,7 @@ import pytest
 
 from tokenpipe.constrain import vocabularies
 from tokenpipe.constrain.vocabularies import KEPT, OnFirstUse, View, llamacpp_view, shared
+from tokenpipe.errors import BadRequest
 
 
 class Token:
@@ -67,12 +69,20 @@ async def test_a_model_loaded_again_reuses_its_view() -> None:
 
     formatted = GenerationRequest(messages=(Message("user", "hi"),),
                                   format=OutputFormat("json_object"))
+    schema: dict[str, object] = {"type": "integer"}
+    for _ in range(300):
+        schema = {"type": "object", "properties": {"a": schema}}
+    too_deep = GenerationRequest(messages=(Message("user", "hi"),), format=OutputFormat(
+        "json_schema", json.dumps(schema), "s"))
     tokenizers = []
     for _ in range(2):
         engine = LlamaCppEngine(EngineOptions(parallel=1, context_size=256, threads=1))
         try:
             await engine.load()
             assert engine._guides._value is None  # the load built nothing
+            with pytest.raises(BadRequest):  # nor does a schema refused before any compile
+                engine.prepare(too_deep, 8)
+            assert engine._guides._value is None
             engine.prepare(formatted, 8)  # the first format builds it (or finds it)
             tokenizers.append(engine._guides.result().tokenizer)
         finally:

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from ...constrain import Guides, OnFirstUse, llamacpp_view
+from ...constrain import Guides, OnFirstUse, check_request, llamacpp_view
 from ...errors import EngineError, EngineUnavailable, MissingDependency
 from ...types import EngineEvent, EngineFinish, EngineStart, GenerationRequest
 from ..base import (
@@ -177,7 +177,7 @@ class LlamaCppEngine(DecodeThread, Engine):
         give_back_freed_memory()
 
     def check_output(self, request: GenerationRequest) -> None:
-        self._guides.result().check_request(request, prefill_of(request) or "")
+        check_request(self._guides.result, request, prefill_of(request) or "")
 
     # ---- text ---------------------------------------------------------------------------
     def render(self, request: GenerationRequest) -> str:

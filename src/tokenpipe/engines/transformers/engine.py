@@ -34,7 +34,7 @@ import threading
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from ...constrain import Guides, OnFirstUse, hf_view
+from ...constrain import Guides, OnFirstUse, check_request, hf_view
 from ...constrain.tools import chat_messages, template_takes_tools
 from ...errors import EngineUnavailable, MissingDependency
 from ...text import IdDetokenizer
@@ -127,7 +127,7 @@ class TransformersEngine(DecodeThread, Engine):
                  self.info.context_tokens, max_batch)
 
     def check_output(self, request: GenerationRequest) -> None:
-        self._guides.result().check_request(request, prefill_of(request) or "")
+        check_request(self._guides.result, request, prefill_of(request) or "")
 
     # ---- text ---------------------------------------------------------------------------
     def render(self, request: GenerationRequest) -> str:
