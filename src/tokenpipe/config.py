@@ -104,6 +104,9 @@ class Settings:
     responses_max_bytes: int = 2 * 2**30  # the rows in all; beyond it the oldest are forgotten
     # background responses one client address may have running (also at most max_queue / 4)
     max_background_per_client: int = 16
+    # streams one client address may follow at once: background responses' GET streams and
+    # resumable streams' GET /v1/streams (server/followers.py); 0: no cap
+    max_followers_per_client: int = 32
     api_key: str | None = field(default=None, repr=False)
     allowed_origins: tuple[str, ...] = ()
     # HTTP limits against hostile clients (docs/security.md)

@@ -2,12 +2,14 @@
 tokenizer bounds have length limits, a response too big to store is refused before it runs
 (the door's 400 naming the field), the store's total stays under its byte cap (the oldest
 go), the database has no `-shm` mapping an outside process could truncate into SIGBUS,
-a store that cannot write answers in each shape, and background runs are capped per client.
+a store that cannot write answers in each shape, DELETE forgets one response (later ones
+keep their copy), and background runs and followers are capped per client.
 Each with a bystander stream beside it (tests/e2e/hostile.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -138,6 +140,45 @@ async def test_no_shm_file_to_truncate_and_streams_finish(
     assert server.proc.poll() is None
 
 
+async def test_delete_forgets_one_response_and_later_ones_keep_their_copy(
+        http: httpx.AsyncClient, server: ServerProcess) -> None:
+    """DELETE's semantics (docs/protocol.md): the deleted response is gone (GET, continuing
+    it: 404), but a response that continued it keeps its own copy of the conversation,
+    the deleted text included, and continuing that one still reads it; deleting every
+    response of the conversation removes it."""
+    async with Bystander(server.ws_url) as bystander:
+        first = (await post(http, server, {"model": "fake", "input": "[[echo]] secret"})).json()
+        second = (await post(http, server, {"model": "fake", "input": "[[echo]] next",
+                                            "previous_response_id": first["id"]})).json()
+        gone = await http.delete(f"{server.url}/v1/responses/{first['id']}")
+        assert gone.json() == {"id": first["id"], "object": "response.deleted",
+                               "deleted": True}
+        assert (await http.get(f"{server.url}/v1/responses/{first['id']}")).status_code == 404
+        again = await post(http, server, {"model": "fake", "input": "hi",
+                                          "previous_response_id": first["id"]})
+        assert again.status_code == 404 and again.json()["error"]["param"] == (
+            "previous_response_id")
+        # the later response: its GET and input_items show only its own turn ...
+        items = (await http.get(f"{server.url}/v1/responses/{second['id']}/input_items")).json()
+        assert "secret" not in str(items) and "secret" not in str(
+            (await http.get(f"{server.url}/v1/responses/{second['id']}")).json())
+        # ... but continuing it reads the deleted turns: the same prompt as spelled out
+        continued = (await post(http, server, {"model": "fake", "input": "hi", "store": False,
+                                               "previous_response_id": second["id"]})).json()
+        spelled = (await post(http, server, {"model": "fake", "store": False, "input": [
+            {"role": "user", "content": "[[echo]] secret"},
+            {"role": "assistant", "content": "secret"},
+            {"role": "user", "content": "[[echo]] next"},
+            {"role": "assistant", "content": "next"},
+            {"role": "user", "content": "hi"}]})).json()
+        assert continued["usage"]["input_tokens"] == spelled["usage"]["input_tokens"]
+        await http.delete(f"{server.url}/v1/responses/{second['id']}")
+        last = await post(http, server, {"model": "fake", "input": "hi",
+                                         "previous_response_id": second["id"]})
+        assert last.status_code == 404
+    bystander.check()
+
+
 @pytest.fixture(scope="module")
 def tight() -> Iterator[ServerProcess]:
     """A store whose per-response cap a long answer passes (the input alone does not):
@@ -189,7 +230,7 @@ async def test_a_store_that_cannot_write_answers_in_each_shape(
 
 @pytest.fixture(scope="module")
 def capped() -> Iterator[ServerProcess]:
-    env = {"TOKENPIPE_MAX_BACKGROUND_PER_CLIENT": "3"}
+    env = {"TOKENPIPE_MAX_BACKGROUND_PER_CLIENT": "3", "TOKENPIPE_MAX_FOLLOWERS_PER_CLIENT": "4"}
     with running(ServerProcess(("--engine", "fake"), env)) as s:
         yield s
 
@@ -215,3 +256,49 @@ async def test_background_runs_are_capped_per_client(
     bystander.check()
     print(f"loaded machine: the 4th background run refused in {refuse_ms:.1f} ms, bystander "
           f"worst gap {bystander.worst_stall_s * 1000:.0f} ms")
+
+
+async def test_followers_are_capped_per_client(http: httpx.AsyncClient,
+                                               capped: ServerProcess) -> None:
+    """A background response's GET streams and resumable streams' GET /v1/streams count
+    together against one client address's followers (4 here): the 5th is a 429 in OpenAI's
+    shape, another address still follows, and a follower that ends gives its place back."""
+    slow = {"model": "fake", "input": "[[pace_ms=50]][[tokens=300]]", "background": True}
+    rid = (await post(http, capped, slow)).json()["id"]
+    ask = [{"role": "user", "content": "[[pace_ms=50]][[tokens=80]]"}]
+    async with http.stream("POST", capped.url + "/v1/chat/completions", json={
+            "model": "fake", "messages": ask, "stream": True, "resumable": True}) as chat:
+        token = chat.headers["x-stream-token"]  # left at once: it runs on, resumable
+    follow = f"{capped.url}/v1/responses/{rid}?stream=true"
+    async with Bystander(capped.ws_url) as bystander, contextlib.AsyncExitStack() as held:
+        for _ in range(3):
+            r = await held.enter_async_context(http.stream("GET", follow))
+            assert r.status_code == 200
+        r = await held.enter_async_context(http.stream("GET", f"{capped.url}/v1/streams/{token}"))
+        assert r.status_code == 200  # the 4th: a resumable stream's reader
+        for url in (follow, f"{capped.url}/v1/streams/{token}"):
+            started = time.perf_counter()
+            refused = await http.get(url)
+            refuse_ms = (time.perf_counter() - started) * 1000
+            assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+            error = refused.json()["error"]
+            assert "follows 4 streams" in error["message"], error
+        other = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
+        async with httpx.AsyncClient(transport=other, timeout=60) as elsewhere, \
+                elsewhere.stream("GET", follow) as r:
+            assert r.status_code == 200, "another client address has its own places"
+        await held.aclose()  # the four leave: their places come back once the server
+        deadline = time.monotonic() + 10  # has seen them go (it reads each disconnect)
+        while True:
+            async with http.stream("GET", follow) as r:
+                if r.status_code == 200:
+                    async for line in r.aiter_lines():
+                        if "response.output_text.delta" in line:
+                            break
+                    break
+            assert r.status_code == 429 and time.monotonic() < deadline, r.status_code
+            await asyncio.sleep(0.05)
+    await http.post(f"{capped.url}/v1/responses/{rid}/cancel")
+    bystander.check()
+    print(f"loaded machine: the 5th follower refused in {refuse_ms:.1f} ms, bystander worst "
+          f"gap {bystander.worst_stall_s * 1000:.0f} ms")

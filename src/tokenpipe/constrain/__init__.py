@@ -4,6 +4,8 @@
 why (cost per token, JSON Schema coverage) and what each format promises."""
 
 from .grammars import grammar_for, grammar_of
-from .guide import Guide, Guides, build_in_background
+from .guide import Guide, Guides, check_request
+from .vocabularies import OnFirstUse, hf_view, llamacpp_view
 
-__all__ = ["Guide", "Guides", "build_in_background", "grammar_for", "grammar_of"]
+__all__ = ["Guide", "Guides", "OnFirstUse", "check_request", "grammar_for", "grammar_of",
+           "hf_view", "llamacpp_view"]

@@ -8,7 +8,6 @@ table lookup and add ~35 µs (scripts/measure_constrain.py prints both)."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import ctypes
 import os
 import threading
@@ -20,6 +19,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import BadRequest, EngineError, TokenpipeError
+from ..types import GenerationRequest
+from .grammars import grammar_for
+from .vocabularies import View
 
 if TYPE_CHECKING:
     import llguidance
@@ -45,8 +47,12 @@ class Guides:
     """Compiled grammars for one vocabulary. Thread-safe: the event loop (or a prepare
     thread) checks a format, the decode thread starts guides."""
 
-    def __init__(self, tokenizer: llguidance.LLTokenizer, n_logits: int) -> None:
+    def __init__(self, tokenizer: llguidance.LLTokenizer, n_logits: int,
+                 keep: object = None) -> None:
+        """`keep`: what the tokenizer reads, kept alive as long as these guides
+        (vocabularies.View)."""
         self.tokenizer = tokenizer
+        self._keep = keep
         self.n_logits = n_logits  # the model's logits per row (may exceed the vocabulary)
         self.n_vocab = tokenizer.vocab_size
         self._compiled: OrderedDict[str, tuple[llguidance.LLMatcher, int]] = OrderedDict()
@@ -54,30 +60,46 @@ class Guides:
         self._lock = threading.Lock()
 
     @classmethod
+    def of(cls, view: View, n_logits: int) -> Guides:
+        """From a vocabulary's view (vocabularies.py: built once per model file)."""
+        return cls(view.tokenizer, n_logits, keep=view)
+
+    @classmethod
     def for_llamacpp(cls, vocab: Any, n_logits: int) -> Guides:
-        """From a llama.cpp vocabulary (about 0.4 s for 49k tokens: build once per model)."""
+        """From a llama.cpp vocabulary the caller keeps alive (about 0.3 s for 49k tokens)."""
         from llguidance.llamacpp import lltokenizer_from_vocab
 
         with warnings.catch_warnings():  # llguidance 1.9 calls a deprecated llama.cpp alias
             warnings.filterwarnings("ignore", "llama_token_get_attr", DeprecationWarning)
             return cls(lltokenizer_from_vocab(vocab), n_logits)
 
-    @classmethod
-    def for_hf(cls, tokenizer: Any, n_logits: int) -> Guides:
-        """From a Hugging Face (fast) tokenizer."""
-        import llguidance.hf
-
-        return cls(llguidance.hf.from_tokenizer(tokenizer), n_logits)
-
-    def check(self, grammar: str, param: str) -> None:
+    def check(self, grammar: str, param: str, prefill: str = "") -> None:
         """Compiles `grammar` (or finds it compiled); BadRequest naming `param`, with the
-        library's reason, when it cannot be: never a silently unconstrained answer."""
-        self._pristine(grammar, param)
+        library's reason, when it cannot be: never a silently unconstrained answer. With
+        a `prefill` (the answer begun in a last assistant message), BadRequest naming
+        `messages` unless the grammar can begin with it."""
+        matcher = self._pristine(grammar, param)
+        if prefill:
+            self._begun(matcher.deep_copy(), prefill, param)
 
-    def start(self, grammar: str, param: str = "response_format") -> Guide:
-        """A guide at the grammar's start, for one generation (`param`: the field that asked
-        for it, which its failure names)."""
-        return Guide(self._pristine(grammar, param).deep_copy(), self, param)
+    def start(self, grammar: str, param: str = "response_format", prefill: str = "") -> Guide:
+        """A guide for one generation (`param`: the field that asked for it, which its
+        failure names), at the grammar's start or, with a `prefill`, after it: the answer
+        goes on from the prefill, so prefill and answer together are what the grammar
+        admits."""
+        matcher = self._pristine(grammar, param).deep_copy()
+        if prefill:
+            self._begun(matcher, prefill, param)
+        return Guide(matcher, self, param)
+
+    def _begun(self, matcher: llguidance.LLMatcher, prefill: str, param: str) -> None:
+        """`matcher` moved past `prefill` (its bytes, as the library's tokenizer cuts them:
+        the grammar reads bytes, whatever the tokens)."""
+        tokens = self.tokenizer.tokenize_str(prefill)
+        if matcher.try_consume_tokens(tokens) < len(tokens) or matcher.is_error():
+            raise BadRequest(f"the answer begun in the last assistant message (a prefill) "
+                             f"cannot begin an answer that {param} allows: {prefill[:60]!r}",
+                             param="messages")
 
     def _pristine(self, grammar: str, param: str) -> llguidance.LLMatcher:
         import llguidance
@@ -118,6 +140,24 @@ class Guides:
         return self._bytes
 
 
+def check_request(guides: Callable[[], Guides], request: GenerationRequest,
+                  prefill: str) -> None:
+    """An engine's check_output: the grammars `request` may be answered under compile
+    (with a thinking budget, both: whether the prompt opens the section decides which
+    runs), and the answer can go on from its `prefill` (a thinking budget cannot: the
+    thinking would have to come first). `guides` is asked for only once the request's
+    schemas passed their own checks (the first call may build the vocabulary's view)."""
+    if prefill and request.reasoning_budget is not None:
+        raise BadRequest("a thinking budget starts the answer with its thinking section: "
+                         "it cannot go on from a prefill (a last assistant message)",
+                         param="reasoning_budget")
+    grammars = [grammar_for(request, inside=inside) for inside in (
+        (False, True) if request.reasoning_budget is not None else (False,))]
+    for grammar in grammars:
+        assert grammar is not None
+        guides().check(*grammar, prefill=prefill)
+
+
 def _trim() -> None:
     """glibc's malloc_trim(0): freed heap pages back to the system (each grammar thread has
     its own malloc arena, which otherwise keeps what a large compile freed). ctypes
@@ -144,23 +184,6 @@ def _rss() -> int:
             return int(f.read().split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
         return 0
-
-
-def build_in_background(build: Callable[[], Guides], name: str
-                        ) -> concurrent.futures.Future[Guides]:
-    """Builds an engine's Guides in a thread of its own (the library's view of a 49k
-    vocabulary takes ~0.4 s), beside the rest of the model's load; the first request
-    with a format waits for it in its prepare thread."""
-    future: concurrent.futures.Future[Guides] = concurrent.futures.Future()
-
-    def run() -> None:
-        try:
-            future.set_result(build())
-        except BaseException as exc:
-            future.set_exception(exc)
-
-    threading.Thread(target=run, name=name, daemon=True).start()
-    return future
 
 
 class Guide:

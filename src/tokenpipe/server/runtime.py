@@ -11,6 +11,7 @@ from typing import Any
 from .. import __version__
 from ..config import Settings
 from ..metrics import Metrics
+from .followers import Followers
 from .resumable import LocalResumeStore, ResumeStore
 from .sessions import ModelRegistry
 
@@ -30,9 +31,11 @@ class Runtime:
     connections: set[Any] = field(default_factory=set)  # open /ws connections
     per_client: dict[str, int] = field(default_factory=dict)  # open /ws per client address
     resumable: ResumeStore = field(init=False)
+    followers: Followers = field(init=False)  # streams each client address follows
 
     def __post_init__(self) -> None:
         s = self.settings
+        self.followers = Followers(s.max_followers_per_client)
         if s.state is None:
             self.resumable = LocalResumeStore(s.resume_grace_s)
         else:

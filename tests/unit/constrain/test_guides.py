@@ -17,7 +17,7 @@ if not os.environ.get("CI"):
 
 import llama_cpp as lc
 
-from tokenpipe.constrain import Guides
+from tokenpipe.constrain import Guides, check_request
 from tokenpipe.constrain.grammars import grammar_of, schema_text
 from tokenpipe.engines.base import bundled_model_path
 from tokenpipe.errors import BadRequest
@@ -199,3 +199,45 @@ def test_an_object_admits_undeclared_keys_only_when_its_schema_says_so(
 
     assert whole('{"a": "x"}')
     assert whole('{"a": "x", "b": 1}') is admitted
+
+
+def test_a_guide_goes_on_from_a_prefill_so_both_together_validate(
+        guides: Guides, vocab: Vocab) -> None:
+    """An answer begun in a last assistant message: the guide starts after it, so a random
+    walk from there (as test_a_guided_walk_... does) always completes the prefill's
+    document; a prefill no document of the format begins with is a 400 naming messages."""
+    import jsonschema
+
+    spec = {"type": "object", "properties": {"tag": {"enum": ["red", "green"]},
+                                             "n": {"type": "integer", "maximum": 99}},
+            "required": ["tag", "n"]}
+    grammar = grammar_of(schema(spec))
+    rng = np.random.default_rng(5)
+    for prefill in ('{"tag": "gr', '{\n  "tag"', "{"):
+        guides.check(grammar, "response_format", prefill)
+        guide = guides.start(grammar, "response_format", prefill)
+        out = prefill.encode()
+        for _ in range(100):
+            logits = np.zeros(vocab.n, dtype=np.float32)
+            guide.constrain(logits)
+            token = int(rng.choice(np.flatnonzero(logits == 0)))
+            if token == lc.llama_vocab_eos(vocab.handle):
+                break
+            assert guide.accept(token), guide.error
+            out += vocab.piece(token)
+        jsonschema.validate(json.loads(out), spec)
+    for prefill in ("Sure: {", '{"tag": "blue', '{"tag": "red"}}'):
+        with pytest.raises(BadRequest) as refused:
+            guides.check(grammar, "response_format", prefill)
+        assert refused.value.param == "messages" and "prefill" in refused.value.message
+
+
+def test_a_thinking_budget_cannot_go_on_from_a_prefill(guides: Guides) -> None:
+    from tokenpipe.types import GenerationRequest, Message
+
+    request = GenerationRequest(messages=(Message("user", "hi"), Message("assistant", "So")),
+                                reasoning_budget=16)
+    with pytest.raises(BadRequest) as refused:
+        check_request(lambda: guides, request, "So")
+    assert refused.value.param == "reasoning_budget"
+    check_request(lambda: guides, request, "")  # the same request without its prefill compiles

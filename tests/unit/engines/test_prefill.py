@@ -1,6 +1,7 @@
 """Assistant prefill (engines/prefill.py): a chat ending in an assistant message without
 tool calls is rendered as the prompt of a new answer over the earlier messages, then that
-message's content verbatim, with no end of turn."""
+message's content verbatim, with no end of turn; under an output format the grammar goes
+on from it (prefill and answer together validate)."""
 
 from __future__ import annotations
 
@@ -106,5 +107,35 @@ async def test_the_model_template_renders_the_prefill(name: str,
         assert new_turn.endswith("<|im_start|>assistant\n")
         assert "The capital of France is<|im_end|>" in closed
         assert engine.render(PREFILLED) == new_turn + "The capital of France is"
+    finally:
+        await engine.aclose()
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("name", ["llamacpp", "transformers"])
+async def test_a_prefill_under_a_format_is_continued_in_the_format(
+        name: str, request: pytest.FixtureRequest) -> None:
+    import json
+
+    pytest.importorskip({"llamacpp": "llama_cpp", "transformers": "transformers"}[name])
+    if name == "transformers":  # the GGUF loaded once a session (tests/conftest.py)
+        request.getfixturevalue("transformers_loads_once")
+    from tokenpipe.config import engine_class
+    from tokenpipe.types import EngineText
+
+    schema = {"type": "object", "properties": {"colour": {"enum": ["red", "green"]}},
+              "required": ["colour"]}
+    prefill = '{"colour": "'
+    engine = engine_class(name).from_options(EngineOptions(parallel=1, context_size=512,
+                                                           threads=2))
+    try:
+        await engine.load()
+        prepared = engine.prepare(GenerationRequest(
+            messages=(Message("user", "Pick a colour."), Message("assistant", prefill)),
+            format=OutputFormat("json_schema", json.dumps(schema), "c"),
+            params=SamplingParams(max_tokens=20, temperature=0)), 20)
+        text = "".join([e.text async for e in engine.stream(prepared)
+                        if isinstance(e, EngineText)])
+        assert json.loads(prefill + text)["colour"] in ("red", "green"), text
     finally:
         await engine.aclose()

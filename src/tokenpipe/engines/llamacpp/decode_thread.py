@@ -8,7 +8,6 @@ below."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import queue
 import threading
@@ -17,10 +16,11 @@ from collections import deque
 
 import llama_cpp as lc
 
-from ...constrain import Guides, grammar_for
+from ...constrain import Guides, OnFirstUse, grammar_for
 from ...errors import EngineError, EngineUnavailable
 from ...types import EngineEvent, EngineProgress
 from ..base import EngineInfo, drain, hand_over, opens_thinking
+from ..prefill import prefill_of
 from .next_token import next_token
 from .progress import progress
 from .sampler import make_sampler
@@ -48,7 +48,7 @@ class DecodeThread:
     _failure: str | None
     _tiers: list[Tier]
     _vocab: Vocab
-    _guides: concurrent.futures.Future[Guides]
+    _guides: OnFirstUse[Guides]
     _batch_cap: int
     shared_tier_keep_alive: float
 
@@ -178,7 +178,7 @@ class DecodeThread:
                                    seq.prompt, self.info.context_tokens)
         grammar = grammar_for(request, inside=opens_thinking(seq.prepared))
         if grammar is not None:  # checked in prepare(): compiled and cached
-            seq.guide = self._guides.result().start(*grammar)
+            seq.guide = self._guides.result().start(*grammar, prefill=prefill_of(request) or "")
         return True
 
     def _release(self, seq: Seq) -> None:

@@ -15,7 +15,6 @@ exact.py picks the kernels), so the caches and the batching never change an answ
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import os
 import queue
@@ -24,7 +23,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from ...constrain import Guides, build_in_background, grammar_for
+from ...constrain import Guides, OnFirstUse, check_request, llamacpp_view
 from ...errors import EngineError, EngineUnavailable, MissingDependency
 from ...types import EngineEvent, EngineFinish, EngineStart, GenerationRequest
 from ..base import (
@@ -37,6 +36,7 @@ from ..base import (
     PreparedRequest,
     bundled_model_path,
 )
+from ..prefill import prefill_of
 
 try:
     import llama_cpp as lc
@@ -125,11 +125,10 @@ class LlamaCppEngine(DecodeThread, Engine):
                 self.kv_cache, self.parallel, lc.llama_model_n_ctx_train(self._model)),
                 self.parallel)
         self.model_path = path
-        # the grammar library's view of the vocabulary (~0.4 s): built beside the rest of
-        # the load, awaited by the first request with an output format
-        vocab = self._vocab
-        self._guides = build_in_background(
-            lambda: Guides.for_llamacpp(vocab.handle, vocab.n_tokens), "llamacpp-guides")
+        # the grammar library's view of the vocabulary: built by the first request with an
+        # output format, once per model file (it holds the GIL ~0.1 s: constrain/vocabularies.py)
+        n_tokens = self._vocab.n_tokens
+        self._guides = OnFirstUse(lambda: Guides.of(llamacpp_view(path), n_tokens))
         self._new_context()
         self._embeds = EmbedWorker(Embedder(
             self._model, self._vocab.n_tokens, self._threads,
@@ -178,10 +177,7 @@ class LlamaCppEngine(DecodeThread, Engine):
         give_back_freed_memory()
 
     def check_output(self, request: GenerationRequest) -> None:
-        for inside in (False, True) if request.reasoning_budget is not None else (False,):
-            grammar = grammar_for(request, inside=inside)  # both: the prompt decides
-            assert grammar is not None
-            self._guides.result().check(*grammar)
+        check_request(self._guides.result, request, prefill_of(request) or "")
 
     # ---- text ---------------------------------------------------------------------------
     def render(self, request: GenerationRequest) -> str:
@@ -191,8 +187,9 @@ class LlamaCppEngine(DecodeThread, Engine):
         return self._vocab.tokenize(text, add_special=add_special)
 
     def encode(self, request: GenerationRequest, text: str) -> list[int]:
-        # a raw completion gets the model's BOS, as llama.cpp adds it
-        return self._vocab.tokenize(text, add_special=request.prompt is not None)
+        if request.prompt is not None:  # the model's BOS, as llama.cpp adds it
+            return self._vocab.tokenize(text, add_special=True)
+        return self._vocab.encode_chat(request, text)  # the client's text as text
 
     # ---- streaming (event loop side) ----------------------------------------------------
     def healthy(self) -> bool:
@@ -263,9 +260,6 @@ class LlamaCppEngine(DecodeThread, Engine):
 
     def _free_context(self) -> None:
         self._free_run_state()
-        guides = getattr(self, "_guides", None)
-        if guides is not None:  # its thread reads the vocabulary: let it end first
-            concurrent.futures.wait([guides])
         if getattr(self, "_model", None):
             lc.llama_model_free(self._model)
             self._model = None

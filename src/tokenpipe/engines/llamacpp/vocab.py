@@ -10,6 +10,7 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from ...constrain.tools import chat_messages, template_takes_tools
 from ...types import GenerationRequest
+from ..literal import Specials, encode_chat
 from ..prefill import render_with_prefill
 
 
@@ -23,6 +24,7 @@ class Vocab:
         self._pieces: dict[int, bytes] = {}
         self._formatter = self._chat_formatter()
         self._takes_tools = template_takes_tools(self._template)
+        self.specials = Specials(self._special_texts())
 
     def render(self, request: GenerationRequest) -> str:
         """The prompt text: a raw prompt as it is, messages through the GGUF's template (a
@@ -37,16 +39,25 @@ class Vocab:
             return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
         return self._formatter(messages=messages, tools=tools).prompt  # type: ignore[arg-type]
 
-    def tokenize(self, text: str, *, add_special: bool = False) -> list[int]:
+    def encode_chat(self, request: GenerationRequest, text: str) -> list[int]:
+        """The ids of `text`, `request` rendered: the template's special tokens parsed, the
+        request's own text as text (engines/literal.py)."""
+        return encode_chat(request, text, self.render, self.specials,
+                           lambda piece, special: self.tokenize(piece, special=special))
+
+    def tokenize(self, text: str, *, add_special: bool = False, special: bool = True
+                 ) -> list[int]:
+        """`special`: special tokens' texts become those tokens (llama.cpp's parse_special)."""
         data = text.encode()
         capacity = len(data) + 8
         out = (lc.llama_token * capacity)()
-        n = lc.llama_tokenize(self.handle, data, len(data), out, capacity, add_special, True)
+        n = lc.llama_tokenize(self.handle, data, len(data), out, capacity, add_special,
+                              special)
         if n < 0:
             capacity = -n
             out = (lc.llama_token * capacity)()
             n = lc.llama_tokenize(self.handle, data, len(data), out, capacity, add_special,
-                                  True)
+                                  special)
         return list(out[:n])
 
     def piece(self, token: int, *, special: bool = False) -> bytes:
@@ -75,6 +86,13 @@ class Vocab:
             buf = ctypes.create_string_buffer(n + 1)
             lc.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
         return buf.value.decode("utf-8", errors="replace")
+
+    def _special_texts(self) -> list[str]:
+        """The texts llama.cpp reads as tokens only with parse_special: its control and
+        unknown tokens' (user-defined ones it splits out either way)."""
+        hidden = lc.LLAMA_TOKEN_ATTR_CONTROL | lc.LLAMA_TOKEN_ATTR_UNKNOWN
+        return [lc.llama_vocab_get_text(self.handle, i).decode(errors="replace")
+                for i in range(self.n_tokens) if lc.llama_vocab_get_attr(self.handle, i) & hidden]
 
     def _chat_formatter(self) -> Jinja2ChatFormatter | None:
         template = self._template

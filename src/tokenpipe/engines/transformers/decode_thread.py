@@ -7,7 +7,6 @@ inherits it; what it reads of the engine is declared below."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import queue
 import threading
@@ -18,11 +17,12 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from ...constrain import Guides, grammar_for
+from ...constrain import Guides, OnFirstUse, grammar_for
 from ...errors import EngineError, EngineUnavailable
 from ...text import IdDetokenizer
 from ...types import EngineProgress
 from ..base import PROGRESS_TOKENS, EngineInfo, drain, hand_over, opens_thinking
+from ..prefill import prefill_of
 from .batch import KVBatch, plan_prefill, prefill_inputs
 from .next_token import Seq, choose, emit
 from .sampling import Sampler
@@ -48,7 +48,7 @@ class DecodeThread:
     _device: Any
     _eog: frozenset[int]
     _cache_arg: str
-    _guides: concurrent.futures.Future[Guides]
+    _guides: OnFirstUse[Guides]
 
     def _piece(self, token: int) -> bytes:
         raise NotImplementedError  # engine.py: a token's text as UTF-8
@@ -139,7 +139,7 @@ class DecodeThread:
             seq.detok = self._detokenizer(prompt)
             grammar = grammar_for(request, inside=opens_thinking(seq.prepared))
             if grammar is not None:  # checked in prepare(): compiled and cached
-                seq.guide = self._guides.result().start(*grammar)
+                seq.guide = self._guides.result().start(*grammar, prefill=prefill_of(request) or "")
         long = [s for s in group if s.prepared.prompt_tokens > PROGRESS_TOKENS]
         for seq in long:  # one forward does the whole prefill: its start, then its end
             seq.out.append(EngineProgress(0, seq.prepared.prompt_tokens))

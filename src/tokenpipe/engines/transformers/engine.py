@@ -34,13 +34,14 @@ import threading
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from ...constrain import Guides, build_in_background, grammar_for
+from ...constrain import Guides, OnFirstUse, check_request, hf_view
 from ...constrain.tools import chat_messages, template_takes_tools
 from ...errors import EngineUnavailable, MissingDependency
 from ...text import IdDetokenizer
 from ...types import EngineEvent, EngineFinish, EngineStart, GenerationRequest
 from ..base import Engine, EngineInfo, EngineOptions, PreparedRequest
-from ..prefill import render_with_prefill
+from ..literal import Specials, encode_chat
+from ..prefill import prefill_of, render_with_prefill
 
 try:
     from transformers import DynamicCache
@@ -105,6 +106,8 @@ class TransformersEngine(DecodeThread, Engine):
         if self.options.chat_template is not None:  # --chat-template: in place of the model's
             self._tok.chat_template = self.options.chat_template
         self._device = device
+        self._specials = Specials(t.content for t in self._tok.added_tokens_decoder.values()
+                                  if t.special)
         config = self._model.config.get_text_config(decoder=True)
         native = getattr(config, "max_position_embeddings", None) or self.options.total_context
         self._eog = end_tokens(self._model, self._tok)
@@ -113,8 +116,10 @@ class TransformersEngine(DecodeThread, Engine):
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self._batchable = mergeable(DynamicCache(config=self._model.config))
         tok, n_logits = self._tok, int(self._model.get_output_embeddings().weight.shape[0])
-        self._guides = build_in_background(lambda: Guides.for_hf(tok, n_logits),
-                                           "transformers-guides")
+        # the grammar library's view of the vocabulary: built by the first request with an
+        # output format, once per model (constrain/vocabularies.py)
+        key = (str(source), len(tok), n_logits)
+        self._guides = OnFirstUse(lambda: Guides.of(hf_view(key, tok), n_logits))
         max_batch = self.parallel if self._batchable else 1
         self.info = EngineInfo("transformers", self.info.model_id,
                                min(int(native), self.options.total_context), max_batch)
@@ -122,10 +127,7 @@ class TransformersEngine(DecodeThread, Engine):
                  self.info.context_tokens, max_batch)
 
     def check_output(self, request: GenerationRequest) -> None:
-        for inside in (False, True) if request.reasoning_budget is not None else (False,):
-            grammar = grammar_for(request, inside=inside)  # both: the prompt decides
-            assert grammar is not None
-            self._guides.result().check(*grammar)
+        check_request(self._guides.result, request, prefill_of(request) or "")
 
     # ---- text ---------------------------------------------------------------------------
     def render(self, request: GenerationRequest) -> str:
@@ -143,16 +145,22 @@ class TransformersEngine(DecodeThread, Engine):
                                                   add_generation_prompt=True, tokenize=False)
         return text
 
-    def tokenize(self, text: str, *, add_special: bool = False) -> list[int]:
-        """Special tokens written in the text (the template's) are parsed as such; the
-        tokenizer's own BOS/EOS are added only with add_special (raw completions)."""
-        ids: list[int] = self._tok(text, add_special_tokens=add_special)["input_ids"]
+    def tokenize(self, text: str, *, add_special: bool = False, special: bool = True
+                 ) -> list[int]:
+        """`special`: special tokens written in the text are parsed as such (else they are
+        text: the tokenizer's split_special_tokens); the tokenizer's own BOS/EOS are added
+        only with add_special (raw completions)."""
+        ids: list[int] = self._tok(text, add_special_tokens=add_special,
+                                   split_special_tokens=not special)["input_ids"]
         return ids
 
     def encode(self, request: GenerationRequest, text: str) -> list[int]:
         # A raw completion gets the tokenizer's own BOS where it adds one (the chat template
-        # writes its own).
-        return self.tokenize(text, add_special=request.prompt is not None)
+        # writes its own); a chat's own text stays text (engines/literal.py).
+        if request.prompt is not None:
+            return self.tokenize(text, add_special=True)
+        return encode_chat(request, text, self.render, self._specials,
+                           lambda piece, special: self.tokenize(piece, special=special))
 
     def _detokenizer(self, prompt_ids: Sequence[int]) -> IdDetokenizer:
         tok = self._tok

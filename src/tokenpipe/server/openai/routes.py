@@ -36,7 +36,7 @@ from ...protocol.openai.schema import error_responses, sse_openapi
 from ..requests import runtime_of
 from ..runtime import Runtime
 from .choices import ChoicesResponse, start_choices
-from .resumable_sse import opted_in, resumed, started
+from .resumable_sse import ResumableResponse, opted_in, resumed, started
 from .session_response import SessionResponse, error_response
 
 Body = ChatCompletionRequest | CompletionRequest
@@ -134,8 +134,12 @@ async def resume_stream(
     """A resumable stream (a Chat Completions or Completions request with `resumable`, or
     a tokenpipe.v1 one) from after Last-Event-ID, in Chat Completions chunks, to its end."""
     runtime = runtime_of(request)
-    return await resumed(runtime.resumable, token, last_event_id_header, last_event_id,
-                   runtime.settings.sse_ping_interval_s)
+    answer = await resumed(runtime.resumable, token, last_event_id_header, last_event_id,
+                           runtime.settings.sse_ping_interval_s)
+    if not isinstance(answer, ResumableResponse):  # its refusal
+        return answer
+    return runtime.followers.answer(answer, request.client.host if request.client
+                                    else "unknown")
 
 
 @router.get("/models", response_model=ModelList, responses=_ERRORS)

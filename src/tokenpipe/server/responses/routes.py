@@ -134,7 +134,7 @@ async def create_response(request: Request) -> Response:
         pending = Pending(input_items(body), [*conversation, *(turn(m) for m in body.turns())])
         if body.stored:
             _check_row(state, pending)
-        client = request.client.host if request.client else "unknown"
+        client = _client(request)
         if body.background:
             _check_background(state, runtime.settings, client)
         session = await runtime.models.start(generation, resumable=bool(body.background),
@@ -228,7 +228,8 @@ def _running(state: ResponsesState, run: Run, stream: bool, after: int,
     if not stream:
         return JSONResponse(run.snapshot())
     run.check_after(after)
-    return BackgroundResponse(run, state.streams, after, _ping(request))
+    follower = BackgroundResponse(run, state.streams, after, _ping(request))
+    return runtime_of(request).followers.answer(follower, _client(request))
 
 
 def _not_begun() -> TokenpipeError:
@@ -371,6 +372,10 @@ def _no_include(request: Request) -> None:
     if any(v for k, v in request.query_params.multi_items() if k.startswith("include")):
         raise bad("include is not supported yet: this server produces message text only",
                   "include")
+
+
+def _client(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
 
 
 def _ping(request: Request) -> float | None:

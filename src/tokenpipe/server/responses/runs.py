@@ -57,6 +57,9 @@ class Run:
         self._text = ""  # its message text, for the stored conversation
         self._store = store
         self.task: asyncio.Task[None] | None = None
+        # its end is what it will stay: stored, or failed to store (set at once for a run
+        # another replica stores)
+        self.settled = asyncio.Event()
 
     @classmethod
     def followed(cls, session: GenerationSession, record: dict[str, Any],
@@ -64,8 +67,9 @@ class Run:
         """A background response another replica runs (its `record`), followed here:
         `session` replays its stream; never stored from here."""
         shape = ResponseShape(record["response"], record["message_id"])
-        return cls(session, shape, record["items"], Pending(record["input_items"], []),
-                   store)
+        run = cls(session, shape, record["items"], Pending(record["input_items"], []), store)
+        run.settled.set()
+        return run
 
     def record(self) -> dict[str, Any]:
         """What another replica needs to follow this response while it runs."""
@@ -92,8 +96,9 @@ class Run:
         return answer, deltas
 
     def snapshot(self) -> dict[str, Any]:
-        """The response now: queued, or in progress with the answer so far."""
-        if self.session.final is not None:
+        """The response now: queued, in progress with the answer so far (also while its
+        end is being stored: a store that fails makes it failed), or as it ended."""
+        if self.session.final is not None and self.settled.is_set():
             return self.ended()
         if self.session.state is State.QUEUED:
             return self.shape.snapshot("queued")
@@ -125,21 +130,26 @@ class Run:
 
     async def watch(self) -> None:
         """Waits for the end, then stores the response and its deltas."""
-        await self.session.done.wait()
-        final = self.ended()
-        if not self.deleted:
-            try:
-                if not await self._store.put(self.pending.stored(final, self._text,
-                                                                 self._kept)):
-                    self.deleted = True  # on another replica, while it ran
-            except StoreError as exc:  # kept readable (ResponsesState.unstored), as failed
-                end = self.session.final
-                assert end is not None
-                self.error = failure_event(exc)
-                self.final = self._so_far()[0].final(Failed(exc, end.usage))
-                self.unstored = True
-            except Exception:
-                log.exception("could not store background response %s", self.shape.id)
+        try:
+            await self.session.done.wait()
+            final = self.ended()
+            if not self.deleted:
+                await self._keep(final)
+        finally:
+            self.settled.set()
+
+    async def _keep(self, final: dict[str, Any]) -> None:
+        try:
+            if not await self._store.put(self.pending.stored(final, self._text, self._kept)):
+                self.deleted = True  # on another replica, while it ran
+        except StoreError as exc:  # kept readable (ResponsesState.unstored), as failed
+            end = self.session.final
+            assert end is not None
+            self.error = failure_event(exc)
+            self.final = self._so_far()[0].final(Failed(exc, end.usage))
+            self.unstored = True
+        except Exception:
+            log.exception("could not store background response %s", self.shape.id)
 
 
 def queued(record: dict[str, Any]) -> dict[str, Any]:

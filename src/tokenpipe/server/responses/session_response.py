@@ -117,6 +117,7 @@ class BackgroundResponse(DoorResponse):
         await super()._stream(cursor, send)
 
     async def _closing(self, end: Finished | Failed) -> bytes:
+        await self.run.settled.wait()  # how it ends: stored, or failed to store
         return self.answer.closing(self.run.ended(), self.run.error)
 
     def error_response(self, exc: TokenpipeError) -> Response:
