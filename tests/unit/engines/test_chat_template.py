@@ -52,7 +52,7 @@ async def test_special_token_text_in_a_message_is_text_not_a_turn(
     if name == "transformers":
         request.getfixturevalue("transformers_loads_once")
     engine: Any = engine_class(name).from_options(EngineOptions(
-        parallel=1, context_size=512, threads=2))
+        parallel=1, context_size=512, threads=THREADS))
     try:
         await engine.load()
         tokenize = engine._vocab.tokenize if name == "llamacpp" else engine.tokenize

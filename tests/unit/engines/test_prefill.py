@@ -127,7 +127,7 @@ async def test_a_prefill_under_a_format_is_continued_in_the_format(
               "required": ["colour"]}
     prefill = '{"colour": "'
     engine = engine_class(name).from_options(EngineOptions(parallel=1, context_size=512,
-                                                           threads=2))
+                                                           threads=THREADS))
     try:
         await engine.load()
         prepared = engine.prepare(GenerationRequest(
