@@ -5,8 +5,9 @@
 #   scripts/setup.sh          serve dependencies
 #   scripts/setup.sh --test   plus the test dependencies (transformers on CPU torch,
 #                             pytest, playwright, Debian's chromium, nginx and
-#                             redis-server, and llama.cpp's llama-server built into
-#                             ~/.cache/tokenpipe)
+#                             redis-server, llama.cpp's llama-server built into
+#                             ~/.cache/tokenpipe, and vLLM's CPU build with vllm-router
+#                             in ~/.cache/tokenpipe/vllm unless TOKENPIPE_TEST_VLLM=0)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -80,5 +81,11 @@ if [ "$want_test" = 1 ]; then
   # llama.cpp's llama-server, an upstream in the openai engine's tests: built once (about
   # 4 minutes) into ~/.cache/tokenpipe/llama-server-VERSION, outside the repository.
   scripts/build-llama-server.sh >/dev/null
+fi
+if [ "$want_test" = 1 ] && [ "${TOKENPIPE_TEST_VLLM:-1}" != 0 ]; then
+  # vLLM's CPU build and vllm-router, upstreams of the vLLM tests (tests/e2e/test_vllm.py):
+  # installed once (about 2.5 minutes) into ~/.cache/tokenpipe/vllm, outside the repository.
+  # TOKENPIPE_TEST_VLLM=0 leaves them out, and those tests skip.
+  scripts/vllm_setup.sh >/dev/null
 fi
 say "ready"

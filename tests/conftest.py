@@ -232,6 +232,25 @@ def model_server() -> Iterator[ServerProcess]:
         yield server
 
 
+@pytest.fixture(scope="session")
+def vllm_servers() -> Iterator[tuple[Any, Any]]:
+    """Two `vllm serve` (vLLM's CPU build, bundled model) for the whole session, started
+    together (about a minute: tests/e2e/vllm_server.py): every vLLM test shares them, the
+    router's tests use both. Skips with TOKENPIPE_TEST_VLLM=0; not installed: a failure in
+    CI, a skip outside it."""
+    from tests.e2e.vllm_server import VllmServer
+
+    with contextlib.ExitStack() as stack:
+        servers = []
+        for _ in range(2):
+            servers.append(VllmServer())
+            stack.callback(servers[-1].stop)
+        for server in servers:
+            server.wait_ready()
+        print(f"vLLM: two servers ready after {max(s.ready_after_s or 0 for s in servers):.0f} s")
+        yield servers[0], servers[1]
+
+
 class _LoadedOnce:
     """Stands in for a transformers Auto class: from_pretrained with the same arguments
     loads once, then hands out `give(the loaded object)`."""

@@ -1,6 +1,7 @@
 """The shared engine contract (tests/test_engine_contract.py) run on the openai engine, with
 a real server as its upstream: tokenpipe on the fake engine, tokenpipe on the real model,
-and llama.cpp's llama-server on the real model.
+llama.cpp's llama-server on the real model, and vLLM's CPU build on the real model (the
+session's, tests/conftest.py `vllm_servers`).
 
 Two clauses read differently for an engine without a tokenizer: the prompt's token count
 arrives with the finish (EngineStart says None; the contract's run() knows the engine by
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
@@ -52,7 +54,7 @@ CONTEXT = 4096
 # --ctx-size, tokenpipe's llama.cpp engine the shared half of its tiered KV cache,
 # llama-server here splits its context over its 2 parallel sequences. tokenpipe announces
 # it as max_model_len; llama-server announces nothing, so the engine keeps the
-# context_tokens it was given.
+# context_tokens it was given; vLLM runs with --max-model-len CONTEXT (tests/e2e/vllm_server.py).
 UPSTREAMS = {
     "fake": ("--engine", "fake", "--ctx-size", str(CONTEXT)),
     "llamacpp": ("--threads", str(THREADS), "--ctx-size", str(2 * CONTEXT)),
@@ -61,8 +63,13 @@ UPSTREAMS = {
 
 @pytest.fixture(scope="module", params=[
     "fake", pytest.param("llamacpp", marks=pytest.mark.model),
-    pytest.param("llama-server", marks=pytest.mark.model)])
-def upstream_server(request: pytest.FixtureRequest) -> Iterator[ServerProcess | LlamaServer]:
+    pytest.param("llama-server", marks=pytest.mark.model),
+    # with the other vLLM tests on one pytest-xdist worker: the session's vLLM starts once
+    pytest.param("vllm", marks=[pytest.mark.model, pytest.mark.xdist_group("vllm")])])
+def upstream_server(request: pytest.FixtureRequest) -> Iterator[Any]:
+    if request.param == "vllm":  # the session's, left running for the other vLLM tests
+        yield request.getfixturevalue("vllm_servers")[0]
+        return
     if request.param != "fake" and not os.environ.get("CI"):
         pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
     server: ServerProcess | LlamaServer
@@ -75,7 +82,7 @@ def upstream_server(request: pytest.FixtureRequest) -> Iterator[ServerProcess | 
 
 
 @pytest.fixture
-async def engine(upstream_server: ServerProcess | LlamaServer) -> AsyncIterator[Engine]:
+async def engine(upstream_server: Any) -> AsyncIterator[Engine]:
     # Built in the test's own event loop: its HTTP connections belong to that loop.
     eng = OpenAIEngine([upstream_server.url], context_tokens=CONTEXT, parallel=2)
     await eng.load()
