@@ -19,11 +19,11 @@ status=0
 if [ -f web/package.json ] && [ $# -eq 0 ]; then
   npm test --prefix web --silent || status=$?
 fi
-# TOKENPIPE_TEST_WORKERS=N runs pytest on N pytest-xdist workers, a module on one worker
-# (tests/conftest.py). Not the default: on 2 cores 3 workers' model servers decode at once
-# (3 x 2 threads): a 3-worker run finished 23 tests a minute where a serial one averages 57.
-workers=${TOKENPIPE_TEST_WORKERS:-0}
+# pytest runs on TOKENPIPE_TEST_WORKERS pytest-xdist workers (default 2; 0 or 1: one
+# process), each taking whole modules (tests/conftest.py, group_of), the longest first; on
+# a worker the engines decode on one thread (THREADS), so two workers fill the 2 cores.
+workers=${TOKENPIPE_TEST_WORKERS:-2}
 parallel=()
-[ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadgroup)
+[ "$workers" -gt 1 ] && parallel=(-n "$workers")
 .venv/bin/python -m pytest -ra "${parallel[@]}" "$@" || status=$?
 exit $status

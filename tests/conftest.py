@@ -285,13 +285,51 @@ def transformers_loads_once() -> Iterator[None]:
         yield
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist's `--dist loadgroup` (scripts/test.sh) a module runs on one
-    worker, so its module-scoped servers start once; the transformers modules share one."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            module = item.path.relative_to(ROOT).as_posix()
-            group = "transformers" if module in TRANSFORMERS_GROUP else module
-            item.add_marker(pytest.mark.xdist_group(group))
+# Modules that one pytest-xdist worker runs together (scripts/test.sh): those that load the
+# bundled GGUF through transformers (transformers_loads_once) and those that share the
+# session's two vLLM (vllm_servers); every other module is a group of its own, so its
+# module-scoped servers start once.
+GROUPS = {**dict.fromkeys(TRANSFORMERS_GROUP, "transformers"),
+          "tests/e2e/test_vllm.py": "vllm", "tests/e2e/test_upstream_contract.py": "vllm"}
+# The groups that take longest (a quiet 2-worker run's wall times, 30-190 s each), started
+# first so that no long one is left to run alone at the end; the rest follow in file order.
+FIRST = ("tests/e2e/test_wheel_install.py", "vllm", "transformers",
+         "tests/e2e/test_web_ui_progress.py", "tests/e2e/test_logprobs.py",
+         "tests/e2e/test_schemathesis.py", "tests/e2e/test_web_ui_reload.py",
+         "tests/e2e/test_memory.py", "tests/e2e/test_replicas.py",
+         "tests/e2e/test_responses_tools.py", "tests/e2e/test_web_ui.py",
+         "tests/e2e/test_forced_calls.py", "tests/e2e/test_client_schemas.py",
+         "tests/e2e/test_hostile_http.py", "tests/e2e/test_web_ui_context.py",
+         "tests/unit/engines/test_llamacpp_kv.py", "tests/unit/engines/test_llamacpp.py")
 
+
+def group_of(nodeid: str) -> str:
+    module = nodeid.split("::", 1)[0]
+    return GROUPS.get(module, module)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The groups in FIRST run first, each group's tests together (the same order on every
+    pytest-xdist worker, as xdist requires; a serial run keeps each module whole too)."""
+    rank: dict[str, int] = {group: i for i, group in enumerate(FIRST)}
+    for item in items:
+        rank.setdefault(group_of(item.nodeid), len(rank))
+    items.sort(key=lambda item: rank[group_of(item.nodeid)])
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist hands out whole groups (group_of), in collection order. Its own
+    `--dist loadgroup` cannot: it renames items to mark their group, which pytest 9.2's
+    node ids no longer take."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    if config.getvalue("dist") not in ("load", "loadgroup", "loadscope", "loadfile"):
+        return None  # --dist each, worksteal: xdist's own
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    config.option.loadscopereorder = False  # FIRST, not the number of tests, orders them
+    return ByGroup(config, log)

@@ -187,8 +187,10 @@ async def test_a_load_does_not_stall_another_models_stream(two: Any) -> None:
     order; a load that held the event loop would leave at most one merged delta there)."""
     async with websockets.connect(two.ws_url, subprotocols=["tokenpipe.v1"]) as ws:  # type: ignore[list-item]
         json.loads(await ws.recv())  # hello
+        # an answer that outlasts twin's load (a short one ended before it on a busy machine)
+        story = [{"role": "user", "content": "Write a long story about a dragon and a knight."}]
         await ws.send(json.dumps({"type": "generate", "id": "a", "model": "small",
-                                  "messages": USER, "params": {"max_tokens": 400}}))
+                                  "messages": story, "params": {"max_tokens": 400}}))
         while (f := json.loads(await ws.recv()))["type"] != "delta":
             pass
         await ws.send(json.dumps({"type": "generate", "id": "b", "model": "twin",

@@ -64,8 +64,8 @@ UPSTREAMS = {
 @pytest.fixture(scope="module", params=[
     "fake", pytest.param("llamacpp", marks=pytest.mark.model),
     pytest.param("llama-server", marks=pytest.mark.model),
-    # with the other vLLM tests on one pytest-xdist worker: the session's vLLM starts once
-    pytest.param("vllm", marks=[pytest.mark.model, pytest.mark.xdist_group("vllm")])])
+    # grouped with test_vllm.py (conftest GROUPS): the session's vLLM starts once
+    pytest.param("vllm", marks=[pytest.mark.model])])
 def upstream_server(request: pytest.FixtureRequest) -> Iterator[Any]:
     if request.param == "vllm":  # the session's, left running for the other vLLM tests
         yield request.getfixturevalue("vllm_servers")[0]

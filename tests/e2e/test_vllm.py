@@ -24,7 +24,7 @@ from tests.e2e.test_upstream_failover import MOVED, Pauses, active
 from tests.e2e.vllm_server import CONTEXT, MODEL_NAME, VllmRouter, VllmServer
 from tokenpipe.client import Client
 
-pytestmark = [pytest.mark.e2e, pytest.mark.model, pytest.mark.xdist_group("vllm")]
+pytestmark = [pytest.mark.e2e, pytest.mark.model]
 
 STORY = [{"role": "user", "content": "Write a long story about a dragon and a knight."}]
 
