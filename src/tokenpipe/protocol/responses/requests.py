@@ -313,8 +313,9 @@ class ResponsesRequest(_Body):
     max_tool_calls: Annotated[Refused, _refuse((), "max_tool_calls is not supported: use "
                                                "parallel_tool_calls false for one call")
                               ] = None
-    include: Annotated[Refused, _refuse(([],), "include is not supported yet: this server "
-                                        "produces message text only")] = None
+    include: Annotated[Refused, _refuse(([],), "include is not supported: nothing it names "
+                                        "(logprobs, encrypted reasoning, tool sources) is "
+                                        "produced here")] = None
     reasoning: ReasoningConfig | None = Field(default=None, description="effort: the "
                                               "model thinks (any level but none).")
     top_logprobs: Annotated[Refused, _refuse((0,), "logprobs are not supported")] = None

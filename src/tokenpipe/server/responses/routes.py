@@ -369,8 +369,8 @@ def _int(request: Request, name: str, default: int) -> int:
 def _no_include(request: Request) -> None:
     # #17: include values (e.g. reasoning.encrypted_content) once such output exists
     if any(v for k, v in request.query_params.multi_items() if k.startswith("include")):
-        raise bad("include is not supported yet: this server produces message text only",
-                  "include")
+        raise bad("include is not supported: nothing it names (logprobs, encrypted "
+                  "reasoning, tool sources) is produced here", "include")
 
 
 def _ping(request: Request) -> float | None:

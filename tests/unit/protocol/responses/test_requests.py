@@ -134,7 +134,7 @@ def test_text_format_maps_as_chat_response_format_does(fmt: dict[str, Any]) -> N
     ({"tools": [{"type": "function", "name": "f"}],
       "tool_choice": {"type": "function", "name": "g"}}, "tool_choice", "not among"),
     ({"max_tool_calls": 2}, "max_tool_calls", "parallel_tool_calls"),
-    ({"include": ["reasoning.encrypted_content"]}, "include", "not supported yet"),
+    ({"include": ["reasoning.encrypted_content"]}, "include", "is produced here"),
     ({"reasoning": {"effort": "lots"}}, "reasoning.effort", "Input should be"),
     ({"reasoning": {"effort": "low", "summary": "auto"}}, "reasoning.summary",
      "no reasoning summary"),
