@@ -23,6 +23,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -217,9 +218,13 @@ CASES: dict[str, Callable[[str, int | None], Outcome]] = {
 
 
 def serve(src: str) -> tuple[subprocess.Popen[bytes], str]:
+    """`tokenpipe serve` from `src`, its stored Responses in a file of its own (a checkout
+    of another age may not read the user's)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "PYTHONPATH": str(Path(src).resolve())}
+    store = Path(tempfile.mkdtemp(prefix="measure-tool-calls-")) / "responses.sqlite3"
+    env = {**os.environ, "PYTHONPATH": str(Path(src).resolve()),
+           "TOKENPIPE_RESPONSES_DB": str(store)}
     proc = subprocess.Popen([sys.executable, "-m", "tokenpipe", "serve", "--port", str(port),
                              "--parallel", "4"], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
