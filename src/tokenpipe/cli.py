@@ -184,9 +184,10 @@ def serve(settings: Settings) -> None:
         sys.exit(130)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tokenpipe", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+def parser() -> argparse.ArgumentParser:
+    """The command line: `tokenpipe serve | models | chat | bench` and their options."""
+    top = argparse.ArgumentParser(prog="tokenpipe", description=__doc__)
+    sub = top.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
     _models_parser(sub)
     from .bench import add_parser as add_bench
@@ -194,7 +195,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     add_chat(sub)
     add_bench(sub)
-    args = parser.parse_args(argv)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     if args.command in ("serve", "models"):
         try:
             settings = settings_from_args(args)

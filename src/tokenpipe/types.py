@@ -107,6 +107,9 @@ class GenerationRequest:
     # at most this many tokens of thinking, then the section's close is forced
     # (constrain/thinking.py); None: no bound but max_tokens
     reasoning_budget: int | None = None
+    # the client asked the model to think (each door's field: docs/protocol.md, "Asking a
+    # model to think"); a model whose chat template has no thinking section refuses it
+    think: bool = False
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.prompt is None):

@@ -1,11 +1,13 @@
 """The Anthropic door's `output_config.format` (JSON output under a schema) and
 `thinking.budget_tokens` (a thinking section of at most that many tokens, then the
-answer), with the official `anthropic` SDK on the real bundled model, whole and streamed;
+answer, behind a template that can think), with the official `anthropic` SDK on the real
+bundled model, whole and streamed;
 and both refused with a clear 400 where the engine cannot apply them (the fake engine)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -14,6 +16,7 @@ import pytest
 from pydantic import BaseModel
 
 from tests.conftest import ServerProcess, closed_after_test
+from tests.e2e.test_reasoning import QWEN3_LIKE_TEMPLATE
 
 pytestmark = pytest.mark.e2e
 
@@ -61,13 +64,19 @@ def test_output_config_format_is_json_valid_against_the_schema(
 
 @pytest.mark.model
 def test_thinking_budget_tokens_ends_the_section_and_the_answer_starts(
-        model_server: ServerProcess) -> None:
-    """The bundled model does not think by itself: with thinking enabled and a budget the
-    grammar opens the section, and closes it once the budget is spent."""
+        live_server: Any, tmp_path: Path) -> None:
+    """The bundled model behind a template that can think but does not open the section
+    (Qwen3's kind; its own template has none: it refuses thinking, test_thinking_rule.py):
+    with thinking enabled and a budget the grammar opens the section, and closes it once
+    the budget is spent."""
     from tests.unit.constrain.test_guides import Vocab  # the bundled model's vocabulary
 
+    template = tmp_path / "thinking.jinja"
+    template.write_text(QWEN3_LIKE_TEMPLATE)
     vocab = Vocab()
-    c = client(model_server)
+    c = closed_after_test(anthropic.Anthropic(
+        base_url=live_server("--chat-template", str(template), "--parallel", "2"),
+        api_key="unused", max_retries=0, timeout=120))
 
     def tokens(text: str) -> int:
         import llama_cpp as lc

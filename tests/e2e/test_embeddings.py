@@ -102,7 +102,7 @@ def test_models_say_which_embed(model_server: ServerProcess, fake_server: Server
     cards = httpx.get(model_server.url + "/v1/models").json()["data"]
     assert cards[0]["capabilities"] == ["completion", "embedding"]
     fake = httpx.get(fake_server.url + "/v1/models").json()["data"]
-    assert fake[0]["capabilities"] == ["completion"]
+    assert fake[0]["capabilities"] == ["completion", "thinking"]  # it writes think tags
     shown = olm(model_server).show("smollm2")
     assert shown.capabilities is not None and "embedding" in shown.capabilities
 

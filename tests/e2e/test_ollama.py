@@ -169,7 +169,8 @@ def test_list_show_ps_version(fake_server: ServerProcess) -> None:
     assert [m.model for m in listed] == ["fake:latest"]
     assert listed[0].details is not None and listed[0].modified_at is not None
     shown = c.show("fake")
-    assert shown.capabilities == ["completion"] and shown.parameters == "num_ctx 8192"
+    assert shown.capabilities == ["completion", "thinking"]  # the fake writes think tags
+    assert shown.parameters == "num_ctx 8192"
     assert shown.modelinfo == {"tokenpipe.context_length": 8192}
     loaded = c.ps().models
     assert [m.model for m in loaded] == ["fake:latest"]

@@ -1,9 +1,11 @@
 """The docs tell the truth about the code: every link leads somewhere, every module
 docs/architecture.md names exists and every module exists in it, and every route the
-README and docs/doors.md name is served with the method they name."""
+README and docs/doors.md name is served with the method they name, every `--flag` they
+name is an option of a `tokenpipe` command (or of the script beside it)."""
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 from starlette.applications import Starlette
 from starlette.routing import Match, Mount
 
+from tokenpipe.cli import parser
 from tokenpipe.config import Settings
 from tokenpipe.server.app import create_app
 
@@ -88,3 +91,24 @@ def test_every_route_the_docs_name_is_served(page: Path) -> None:
         if not _serves(app, method, path):
             unserved.append(f"{method} {path}".strip())
     assert not unserved, f"{page.name} names routes the server does not serve: {unserved}"
+
+
+FLAG = re.compile(r"`(?:[^`\s]*\s+)?(--[a-z][a-z0-9-]*)")
+
+
+def _flags() -> set[str]:
+    """Every option string of every `tokenpipe` command."""
+    top = parser()
+    commands = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    return {flag for command in commands.choices.values() for action in command._actions
+            for flag in action.option_strings}
+
+
+@pytest.mark.parametrize("page", [ROOT / "README.md", ROOT / "docs" / "doors.md"],
+                         ids=lambda p: p.name)
+def test_every_flag_the_docs_name_exists(page: Path) -> None:
+    flags = _flags()
+    scripts = " ".join(p.read_text() for p in (ROOT / "scripts").glob("*.sh"))
+    invented = sorted({flag for flag in FLAG.findall(page.read_text())
+                       if flag not in flags and flag not in scripts})
+    assert not invented, f"{page.name} names flags nothing takes: {invented}"

@@ -25,6 +25,13 @@ THINK_OPEN, THINK_CLOSE = "<think>", "</think>"  # as the scheduler's ReasoningS
 FREE_TEXT = r"answer: TEXT" + "\n" + r"TEXT: /(?s:.*\S.*)/"  # an answer: not blank
 
 
+def template_thinks(template: str | None) -> bool:
+    """Whether a chat template writes a thinking section (DeepSeek R1, Qwen3, QwQ, SmolLM3
+    and their kin write `<think>` in it): the model can think, and a client may ask it to
+    (GenerationRequest.think). A template without one (the bundled SmolLM2's) cannot."""
+    return bool(template) and THINK_OPEN in str(template)
+
+
 def thinking_lark(request: GenerationRequest, *, inside: bool) -> str:
     """The Lark text of an answer under the request's thinking budget."""
     budget = request.reasoning_budget

@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import importlib.util
+import json
 import queue
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -58,6 +59,10 @@ class EngineInfo:
     max_batch: int  # sequences the engine advances together
     embeds: bool = False  # serves embed() (the listings' "embedding" capability)
     generates: bool = True  # generates text (an embedding-only model does not)
+    # its chat template writes a thinking section (constrain/thinking.py template_thinks):
+    # a request that asks it to think is served, refused where False (Engine.prepare);
+    # None: not known here (an upstream's model), taken and not listed as a capability
+    thinks: bool | None = False
 
 
 class Engine(abc.ABC):
@@ -158,6 +163,7 @@ class Engine(abc.ABC):
         A prompt that leaves no room for one token is the prompt's fault (`param` names
         `messages` or `prompt`), one that leaves too little for an explicit max_tokens is
         max_tokens' (an absent one means "the default, or what still fits")."""
+        refuse_thinking(self.info, request)
         if constrained(request):
             self.check_output(request)
         if request.params.logprobs is not None and not self.logprobs:
@@ -181,6 +187,15 @@ class Engine(abc.ABC):
                 f"context of {limit} tokens: at most {limit - len(ids)} fit",
                 param="max_tokens")
         return PreparedRequest(request, text, ids, max_tokens)
+
+
+def refuse_thinking(info: EngineInfo, request: GenerationRequest) -> None:
+    """A request that asks a model that cannot think to think is refused, in Ollama's
+    words for its own API (`"smollm2" does not support thinking`), naming `think` (each
+    door says its own field: reasoning_effort, reasoning.effort, thinking, think)."""
+    if request.think and info.thinks is False:
+        raise BadRequest(f"{json.dumps(info.model_id)} does not support thinking: its chat "
+                         "template has no thinking section", param="think")
 
 
 def opens_thinking(prepared: PreparedRequest) -> bool:

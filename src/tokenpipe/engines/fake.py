@@ -96,7 +96,8 @@ class FakeEngine(Engine):
         max_batch: int = 64,
         script: str = SCRIPT,
     ) -> None:
-        self.info = EngineInfo("fake", model_id, context_tokens, max_batch)
+        # it writes the think tags a script holds: a client may ask it to think
+        self.info = EngineInfo("fake", model_id, context_tokens, max_batch, thinks=True)
         self.pace_ms = pace_ms
         self.script_ids = fake_tokenize(script.encode())
 

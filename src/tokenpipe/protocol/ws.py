@@ -83,6 +83,7 @@ class Params(_Frame):
     tool_choice: ToolChoiceField = None
     parallel_tool_calls: bool | None = None
     reasoning_format: Literal["none", "auto"] = "none"
+    think: bool = False  # ask the model to think: one that cannot refuses (param "think")
     logprobs: bool = False
     top_logprobs: int = Field(default=0, ge=0, le=20)
 
@@ -133,7 +134,7 @@ class Generate(_Frame):
             messages, self.prompt, params.to_sampling(), self.model, fmt,
             tuple(t.to_tool() for t in params.tools or ()),
             tool_choice_of(params.tool_choice, params.parallel_tool_calls),
-            split_reasoning=params.reasoning_format == "auto")
+            split_reasoning=params.reasoning_format == "auto", think=params.think)
 
 
 class Cancel(_Frame):

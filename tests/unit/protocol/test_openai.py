@@ -53,6 +53,8 @@ def test_chat_request_maps_every_parameter() -> None:
                               frequency_penalty=-0.5, seed=7, stop=("END",)),
         split_reasoning=True)  # a chat answer's thinking section goes to reasoning_content
     assert req.max_tokens_param == "max_completion_tokens"
+    for effort, asked in (("low", True), ("xhigh", True), ("none", False), (None, False)):
+        assert chat(reasoning_effort=effort).to_request().think is asked  # level unapplied
 
 
 def test_defaults_are_openais() -> None:
@@ -117,7 +119,7 @@ def test_neutral_values_and_harmless_fields_pass() -> None:
         "name": "x"}}}, "response_format.json_schema", "invalid_value"),
     ({"messages": USER, "audio": {"voice": "x"}}, "audio", "unsupported_parameter"),
     ({"messages": USER, "modalities": ["text", "audio"]}, "modalities", "unsupported_value"),
-    ({"messages": USER, "reasoning_effort": "low"}, "reasoning_effort", "unsupported_parameter"),
+    ({"messages": USER, "reasoning_effort": "lots"}, "reasoning_effort", "invalid_value"),
     ({"messages": USER, "frobnicate": 1}, "frobnicate", "unknown_parameter"),
     ({"messages": USER, "min_tokens": 3}, "min_tokens", "unknown_parameter"),
     ({"messages": USER, "stream_options": {"include_usage": True}}, "stream_options",

@@ -98,7 +98,7 @@ def test_a_request_comes_back_equal() -> None:
             model="m", format=OutputFormat("json_schema", '{"type":"object"}', "x", True),
             tools=(Tool("f", "a function", '{"type":"object"}'),),
             tool_choice=ToolChoice("function", "f", False), split_reasoning=True,
-            reasoning_budget=64),
+            reasoning_budget=64, think=True),
     ]
     for request in requests:
         back = codec.decode_request(codec.encode_request(request))
@@ -114,6 +114,6 @@ def test_the_request_codec_knows_every_field() -> None:
 
     assert {f.name for f in dataclasses.fields(GenerationRequest)} == {
         "messages", "prompt", "params", "model", "format", "tools", "tool_choice",
-        "split_reasoning", "reasoning_budget"}
+        "split_reasoning", "reasoning_budget", "think"}
     assert {f.name for f in dataclasses.fields(SamplingParams)} == set(
         json.loads(codec.encode_request(GenerationRequest(prompt="x")))["params"])

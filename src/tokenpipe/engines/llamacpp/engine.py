@@ -158,7 +158,7 @@ class LlamaCppEngine(DecodeThread, Engine):
         self._batch_cap = min(t.context.batch_cap for t in self._tiers)
         self.info = EngineInfo("llamacpp", self.info.model_id,
                                max(t.context_tokens for t in self._tiers), self.parallel,
-                               embeds=True)
+                               embeds=True, thinks=self._vocab.thinks)
         self.rows_exact = None if verdicts[0] is None else all(verdicts)
         for tier in self._tiers:
             if tier.lazy:

@@ -8,6 +8,7 @@ from typing import Any
 import llama_cpp as lc
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
+from ...constrain.thinking import template_thinks
 from ...constrain.tools import chat_messages, template_takes_tools
 from ...types import GenerationRequest
 from ..literal import Specials, encode_chat
@@ -25,6 +26,7 @@ class Vocab:
         self._formatter = self._chat_formatter()
         self._takes_tools = template_takes_tools(self._template)
         self.specials = Specials(self._special_texts())
+        self.thinks = template_thinks(self._template)  # the model can think (EngineInfo)
 
     def render(self, request: GenerationRequest) -> str:
         """The prompt text: a raw prompt as it is, messages through the GGUF's template (a

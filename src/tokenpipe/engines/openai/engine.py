@@ -84,8 +84,10 @@ class OpenAIEngine(Engine):
         self.replicas = Replicas(upstreams)
         self.api_key = api_key
         self.model = model
+        # thinks: whether the upstream's model can is not known here (None): a request to
+        # think is taken, and the section the upstream writes (or sends apart) split off
         self.info = EngineInfo("openai", model_id or model or "upstream", context_tokens,
-                               max(1, parallel) * len(self.replicas))
+                               max(1, parallel) * len(self.replicas), thinks=None)
         self._alias = model_id
         self.first_token_timeout_s = first_token_timeout_s
         self.idle_timeout_s = idle_timeout_s

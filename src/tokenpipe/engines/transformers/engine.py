@@ -35,6 +35,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from ...constrain import Guides, OnFirstUse, check_request, hf_view
+from ...constrain.thinking import template_thinks
 from ...constrain.tools import chat_messages, template_takes_tools
 from ...errors import EngineUnavailable, MissingDependency
 from ...text import IdDetokenizer
@@ -122,7 +123,9 @@ class TransformersEngine(DecodeThread, Engine):
         self._guides = OnFirstUse(lambda: Guides.of(hf_view(key, tok), n_logits))
         max_batch = self.parallel if self._batchable else 1
         self.info = EngineInfo("transformers", self.info.model_id,
-                               min(int(native), self.options.total_context), max_batch)
+                               min(int(native), self.options.total_context), max_batch,
+                               thinks=template_thinks(getattr(self._tok, "chat_template",
+                                                              None)))
         log.info("loaded %s on %s (%s): context %d, batch %d", source, device, dtype,
                  self.info.context_tokens, max_batch)
 

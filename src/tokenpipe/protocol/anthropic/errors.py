@@ -47,7 +47,7 @@ def status_of(exc: TokenpipeError) -> int:
 
 
 # the core's parameter names -> this door's
-_FIELDS = {"reasoning_budget": "thinking.budget_tokens",
+_FIELDS = {"reasoning_budget": "thinking.budget_tokens", "think": "thinking",
            "response_format": "output_config.format"}
 
 

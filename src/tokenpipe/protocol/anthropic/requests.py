@@ -11,7 +11,8 @@
 - Sampling: `temperature` (absent: 1, as Anthropic), `top_p`, `top_k`, `stop_sequences`.
 - `tools` (custom tools: name, description, input_schema) and `tool_choice` (auto, any,
   tool, none; disable_parallel_tool_use) map to the core's tools, generated under a
-  grammar; `thinking` enabled or adaptive splits a thinking section off the answer, and
+  grammar; `thinking` enabled or adaptive asks the model to think (a model whose chat
+  template has no thinking section refuses it) and splits the section off the answer, and
   enabled's `budget_tokens` (below max_tokens) bounds it: constrain/thinking.py.
 - `output_config.format` (`{"type": "json_schema", "schema"}`): the answer's text is JSON
   valid against the schema, generated under it (as chat's response_format).
@@ -198,8 +199,9 @@ class ToolChoiceSpec(_Body):
 
 class ThinkingConfig(_Body):
     type: Literal["enabled", "disabled", "adaptive"] = Field(
-        description="enabled or adaptive: a thinking section the model writes comes as a "
-                    "thinking block; disabled: it stays in the text, as written.")
+        description="enabled or adaptive: the model thinks, its thinking section as a "
+                    "thinking block (a model that cannot think: 400 naming thinking); "
+                    "disabled: a section it writes stays in the text, as written.")
     budget_tokens: int | None = Field(default=None, ge=1, description="With enabled: "
                                       "at most this many tokens of thinking, then the "
                                       "section is closed and the answer starts (applied "
@@ -302,6 +304,7 @@ class _Prompt(_Body):
     def _request(self, params: SamplingParams) -> GenerationRequest:
         choice = self.tool_choice.to_choice() if self.tool_choice else ToolChoice()
         thinking = self.thinking
+        asked = thinking is not None and thinking.type != "disabled"
         budget = thinking.budget_tokens if thinking is not None and (
             thinking.type == "enabled") else None
         if budget is not None and (params.max_tokens is None or budget >= params.max_tokens):
@@ -310,8 +313,7 @@ class _Prompt(_Body):
         return GenerationRequest(
             messages=self._messages(), params=params, model=self.model,
             tools=tuple(t.to_tool() for t in self.tools or ()), tool_choice=choice,
-            split_reasoning=thinking is not None and thinking.type != "disabled",
-            reasoning_budget=budget,
+            split_reasoning=asked, think=asked, reasoning_budget=budget,
             format=None if fmt is None else OutputFormat("json_schema",
                                                          schema_text(fmt.json_schema)))
 

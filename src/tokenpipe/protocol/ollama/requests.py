@@ -9,7 +9,9 @@
   accepted and ignored; sampling this server does not do (`mirostat`, `typical_p`, `tfs_z`
   other than their neutral values) is refused; an option Ollama does not know is refused.
 - `format` ("json", or a JSON Schema object) and chat `tools` are generated under a
-  grammar; `think` (true, or a level) splits a thinking section off into `thinking`;
+  grammar; `think` (true, or a level) asks the model to think (a model whose chat template
+  has no thinking section refuses it, as Ollama does) and splits the section off into
+  `thinking`;
   assistant `tool_calls` and `tool` messages in the history map to the core's calls and
   results (Ollama's calls have no id: ids are made up from their place, and each tool
   message answers the previous assistant turn's calls in order, by `tool_name` when given).
@@ -185,8 +187,9 @@ class _Generation(_Body):
                                "that reaches the context's end stops with length.")
     think: Annotated[bool | Literal["high", "medium", "low"] | None,
                      BeforeValidator(_think)] = Field(
-        default=None, description="true (or a level, not applied): a thinking section "
-        "the model writes comes in `thinking`; absent or false: it stays in the content.")
+        default=None, description="true (or a level, not applied): the model thinks, its "
+        "thinking section in `thinking` (a model that cannot think: 400 \"...\" does not "
+        "support thinking); absent or false: a section it writes stays in the content.")
     format: Annotated[OutputFormat | None, BeforeValidator(_format)] = Field(
         default=None, description='"json": any JSON object; a JSON Schema object: JSON '
         "valid against it. Generated under a grammar.")
@@ -202,7 +205,8 @@ class _Generation(_Body):
 
     def _request(self, model: str, **what: Any) -> GenerationRequest:
         return GenerationRequest(params=self.sampling(), model=model, format=self.format,
-                                 split_reasoning=bool(self.think), **what)
+                                 split_reasoning=bool(self.think), think=bool(self.think),
+                                 **what)
 
 
 class CalledFunction(_Body):

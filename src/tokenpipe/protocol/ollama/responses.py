@@ -157,10 +157,12 @@ def loaded_model(name: str, kind: Kind, context_tokens: int, expires_at: float |
 
 
 def shown(name: str, kind: Kind, context_tokens: int, since: datetime, *,
-          embeds: bool = False, generates: bool = True) -> dict[str, Any]:
+          embeds: bool = False, generates: bool = True, thinks: bool = False
+          ) -> dict[str, Any]:
     """/api/show: what is known; the chat template is the model's own (not Ollama's Go
     template), so `template` is empty. `num_ctx` is the tokens one request may use;
-    `capabilities` has "embedding" where /api/embed serves the model."""
+    `capabilities` has "embedding" where /api/embed serves the model, "thinking" where its
+    chat template has a thinking section (`think` is served: docs/protocol.md)."""
     return {
         "modelfile": f"# served by tokenpipe\nFROM {name}\nPARAMETER num_ctx {context_tokens}\n",
         "parameters": f"num_ctx {context_tokens}",
@@ -169,6 +171,7 @@ def shown(name: str, kind: Kind, context_tokens: int, since: datetime, *,
         "model_info": {"tokenpipe.context_length": context_tokens},
         "capabilities": [*(["completion"] if generates else []),
                          *(["tools"] if kind.tools and generates else []),
+                         *(["thinking"] if thinks and generates else []),
                          *(["embedding"] if embeds else [])],
         "modified_at": timestamp(since),
     }

@@ -294,7 +294,11 @@ class ChatCompletionRequest(_Sampling):
     function_call: Annotated[Refused, _refuse(("none",), "functions are not supported")] = None
     audio: Annotated[Refused, _refuse((), "audio output is not supported")] = None
     prediction: Annotated[Refused, _refuse((), "predicted outputs are not supported")] = None
-    reasoning_effort: Annotated[Refused, _refuse((), "this model does not reason")] = None
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh",
+                              "max"] | None = Field(
+        default=None, description="Any level but none asks the model to think (the level is "
+        "not applied); a model whose chat template has no thinking section answers 400 "
+        "naming reasoning_effort. none: a section it writes is split off as usual.")
     verbosity: Annotated[Refused, _refuse((), "verbosity is not supported")] = None
     web_search_options: Annotated[Refused, _refuse((), "web search is not supported")] = None
 
@@ -360,7 +364,8 @@ class ChatCompletionRequest(_Sampling):
                                  format=self.format, tools=tools,
                                  tool_choice=tool_choice_of(self.tool_choice,
                                                             self.parallel_tool_calls),
-                                 split_reasoning=self.reasoning_format != "none")
+                                 split_reasoning=self.reasoning_format != "none",
+                                 think=self.reasoning_effort not in (None, "none"))
 
 
 def _one_prompt(value: Any) -> Any:

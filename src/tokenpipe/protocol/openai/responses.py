@@ -197,7 +197,8 @@ class ModelCard(BaseModel):
     max_model_len: int | None = None  # as vLLM: the tokens one request may use in all
     # tokenpipe's: available, loading, loaded or failed (models load on demand)
     state: str | None = None
-    # tokenpipe's: what the model serves, "completion" and (where it embeds) "embedding"
+    # tokenpipe's: what the model serves, "completion", "thinking" (its chat template has a
+    # thinking section) and (where it embeds) "embedding"
     capabilities: list[str] | None = None
 
 

@@ -1,5 +1,5 @@
 """What a Responses answer is made of, as one interface over its two shapes: one message's
-text (events.py), or output items, with tools (items.py). A door feeds the session's
+text (events.py), or output items, with tools or reasoning (items.py). A door feeds the session's
 deltas in and gets the stream's events out, numbered so that a stream resumed after event
 `after` says exactly what the first one said from there; the same answer gives the
 response object as it ended and, fed a stored stream's deltas, replays it.
@@ -95,8 +95,8 @@ class TextAnswer:
 
 
 class ItemsAnswer:
-    """Output items (a message, function calls), their events numbered in order: a stream
-    resumed rebuilds them from the first delta."""
+    """Output items (reasoning, a message, function calls), their events numbered in order:
+    a stream resumed rebuilds them from the first delta."""
 
     def __init__(self, shape: ResponseShape, after: int = -1) -> None:
         self.shape = shape
@@ -138,14 +138,15 @@ class ItemsAnswer:
 
 
 def answer_of(shape: ResponseShape, items: bool, after: int = -1) -> Answer:
-    """The answer of a request with tools (`items`) or without, its events above `after`."""
+    """The answer of a request with tools or reasoning (`items`) or without, its events
+    above `after`."""
     return ItemsAnswer(shape, after) if items else TextAnswer(shape, after)
 
 
 def kept(deltas: list[Delta], items: bool, message_id: str,
          error: dict[str, Any] | None) -> dict[str, Any]:
     """A background response's stream as the store keeps it, to replay after a restart:
-    the deltas' text, and with tools their channel and call too."""
+    the deltas' text, and with items their channel and call too."""
     if not items:
         return {"message_id": message_id, "deltas": [d.text for d in deltas], "error": error}
     return {"message_id": message_id, "items": True, "error": error,

@@ -10,10 +10,12 @@ from typing import Any
 from ...errors import TokenpipeError
 from ..openai.errors import OpenAIError, error_body, validation_error
 
-_ITEM_TAGS = {"message", "function_call", "function_call_output"}  # requests.InputItem
+_ITEM_TAGS = {"message", "function_call", "function_call_output",  # requests.InputItem
+              "reasoning"}
 
 # the core's parameter names -> this door's (a context overflow names max_tokens)
-FIELDS = {"max_tokens": "max_output_tokens", "messages": "input", "prompt": "input"}
+FIELDS = {"max_tokens": "max_output_tokens", "messages": "input", "prompt": "input",
+          "think": "reasoning.effort"}
 # tokenpipe codes -> ResponseError.code (a closed list in OpenAI's SDK)
 _FAILURE_CODES = {"overloaded": "rate_limit_exceeded", "too_many_streams": "rate_limit_exceeded",
                   "bad_request": "invalid_prompt", "context_overflow": "invalid_prompt"}

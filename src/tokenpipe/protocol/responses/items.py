@@ -1,7 +1,8 @@
-"""The output items of an answer to a request with tools, as its deltas arrive: the answer
-may be text (a `message` item), calls (one `function_call` item each) or, through an
-upstream, both. Sans-IO: `feed` and `close` give the stream's events (unnumbered) and
-`output` is the response object's `output`, the same items whole or streamed.
+"""The output items of an answer to a request with tools or reasoning, as its deltas
+arrive: the answer may be a thinking section (a `reasoning` item, first), text (a `message`
+item), calls (one `function_call` item each) or, through an upstream, both. Sans-IO: `feed`
+and `close` give the stream's events (unnumbered) and `output` is the response object's
+`output`, the same items whole or streamed.
 
     response.output_item.added (function_call, arguments "")
     response.function_call_arguments.delta ...
@@ -9,7 +10,9 @@ upstream, both. Sans-IO: `feed` and `close` give the stream's events (unnumbered
     response.output_item.done (function_call, completed)
 
 A text item streams as it does without tools (output_item.added, content_part.added,
-output_text.delta ..., output_text.done, content_part.done, output_item.done). An item is
+output_text.delta ..., output_text.done, content_part.done, output_item.done); a reasoning
+item as OpenAI streams its reasoning text (output_item.added, reasoning_text.delta ...,
+reasoning_text.done, output_item.done), `summary` empty (none is written). An item is
 done when the next one begins or the answer ends. Item ids follow from the response's and
 the item's place, so the same deltas give the same events (a background stream resumed,
 or replayed from the store)."""
@@ -47,6 +50,12 @@ class OutputItems:
             part["text"] += delta.text
             events.append({"type": "response.output_text.delta", **self._where(message),
                            "content_index": 0, "delta": delta.text, "logprobs": []})
+        elif delta.channel == "reasoning" and delta.text:
+            thought = self._open if self._open is not None and (
+                self._open["type"] == "reasoning") else self._reasoning(events)
+            thought["content"][0]["text"] += delta.text
+            events.append({"type": "response.reasoning_text.delta", **self._where(thought),
+                           "content_index": 0, "delta": delta.text})
         return events
 
     def close(self, status: str) -> list[dict[str, Any]]:
@@ -74,7 +83,7 @@ class OutputItems:
         events += self._done("completed")
         self.output.append(item)
         self._open = item
-        added = {**item, "content": []} if item["type"] == "message" else dict(item)
+        added = {**item, "content": []} if item["type"] != "function_call" else dict(item)
         events.append({"type": "response.output_item.added",
                        "output_index": len(self.output) - 1, "item": added})
 
@@ -87,6 +96,12 @@ class OutputItems:
         events.append({"type": "response.content_part.added", **self._where(message),
                        "content_index": 0, "part": self.shape.part("")})
         return message
+
+    def _reasoning(self, events: list[dict[str, Any]]) -> dict[str, Any]:
+        thought = {"id": self._item_id("rs"), "type": "reasoning", "status": "in_progress",
+                   "summary": [], "content": [{"type": "reasoning_text", "text": ""}]}
+        self._begin(thought, events)
+        return thought
 
     def _call(self, delta: Delta, events: list[dict[str, Any]]) -> dict[str, Any]:
         call = {"id": self._item_id("fc"), "type": "function_call", "status": "in_progress",
@@ -108,6 +123,11 @@ class OutputItems:
                      "text": part["text"], "logprobs": []},
                     {"type": "response.content_part.done", **where, "content_index": 0,
                      "part": part},
+                    {"type": "response.output_item.done", "output_index": where[
+                        "output_index"], "item": _copy(item)}]
+        if item["type"] == "reasoning":
+            return [{"type": "response.reasoning_text.done", **where, "content_index": 0,
+                     "text": item["content"][0]["text"]},
                     {"type": "response.output_item.done", "output_index": where[
                         "output_index"], "item": _copy(item)}]
         return [{"type": "response.function_call_arguments.done", **where,

@@ -27,7 +27,7 @@ def usage_json(usage: Usage) -> dict[str, Any]:
             "input_tokens_details": {"cached_tokens": usage.cached_tokens,
                                      "cache_write_tokens": 0},
             "output_tokens": usage.completion_tokens,
-            "output_tokens_details": {"reasoning_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
             "total_tokens": usage.total_tokens}
 
 
@@ -61,7 +61,8 @@ class ResponseShape:
             "metadata": body.metadata or {}, "model": model,
             "parallel_tool_calls": body.parallel_tool_calls is True,
             "previous_response_id": body.previous_response_id,
-            "reasoning": {"effort": None, "summary": None}, "service_tier": "default",
+            "reasoning": {"effort": body.reasoning.effort if body.reasoning else None,
+                          "summary": None}, "service_tier": "default",
             "store": body.stored,
             "temperature": 1.0 if body.temperature is None else body.temperature,
             "text": _text_echo(body), "tool_choice": _choice_echo(body),

@@ -11,8 +11,13 @@ function tools:
   as OpenAI's). Sampling: `temperature` (absent: 1), `top_p`, `max_output_tokens`, and
   tokenpipe's `seed`. `text.format`: text, json_object or json_schema, mapped as chat's
   `response_format` (protocol/formats.py).
+- `reasoning.effort` other than `none` asks the model to think (the level is not applied;
+  a model whose chat template has no thinking section refuses it, naming reasoning.effort):
+  its thinking section comes as a `reasoning` item before the message (items.py).
+  `reasoning` input items (a previous answer's, sent back) are accepted and dropped from
+  the prompt, as earlier turns' thinking is on every door.
 - Neutral values of what is not produced pass (`include: []`,
-  `reasoning: {"effort": null}`, `truncation: "disabled"`);
+  `reasoning: {"summary": null}`, `truncation: "disabled"`);
   anything else is refused naming the parameter. Ignored: `service_tier`,
   `prompt_cache_key`, `safety_identifier`, `prompt_cache_retention`, `stream_options`.
 """
@@ -57,15 +62,6 @@ Refused = SkipJsonSchema[Any]  # hidden from the schema: they exist only to be r
 Ignored = SkipJsonSchema[Any]  # accepted whatever they hold, and ignored
 
 
-def _no_reasoning(value: Any) -> Any:
-    """`reasoning` passes when it asks for nothing (no effort, no summary)."""
-    if value is None or (isinstance(value, dict) and all(v is None for v in value.values())
-                         and set(value) <= {"effort", "summary", "generate_summary"}):
-        return None
-    raise PydanticCustomError("unsupported_parameter", "reasoning is not supported yet: "
-                              "this model does not reason")
-
-
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -100,7 +96,7 @@ def _content(value: Any) -> Any:
     return [{"type": "input_text", "text": value}] if isinstance(value, str) else value
 
 
-_ITEMS = ("message", "function_call", "function_call_output")
+_ITEMS = ("message", "function_call", "function_call_output", "reasoning")
 
 
 def _item(value: Any) -> Any:
@@ -108,7 +104,7 @@ def _item(value: Any) -> Any:
             value["type"] not in _ITEMS):
         raise PydanticCustomError(
             "unsupported_value", "input items of type '{kind}' are not supported: this "
-            "server reads message, function_call and function_call_output items",
+            "server reads message, function_call, function_call_output and reasoning items",
             {"kind": value["type"]})
     return value
 
@@ -147,6 +143,24 @@ class InputMessage(_Body):
                 "content": [{"type": "input_text", "text": self.text}]}
 
 
+class ReasoningItem(_Body):
+    """A thinking section an earlier answer held, sent back as input: listed, and dropped
+    from the prompt (as every door drops earlier turns' thinking)."""
+
+    type: Literal["reasoning"]
+    id: str | None = Field(default=None, max_length=256, description="Kept as the item's id.")
+    summary: list[dict[str, Any]] = Field(default_factory=list)
+    content: list[dict[str, Any]] | None = None
+    encrypted_content: str | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+    def item(self) -> dict[str, Any]:
+        """This item as input_items lists it."""
+        return {"id": self.id or "rs_" + secrets.token_hex(24), "type": "reasoning",
+                "summary": self.summary, "content": self.content or [],
+                "status": "completed"}
+
+
 _STATUS_SCHEMA = {"enum": ["in_progress", "completed", "incomplete", None]}
 _CALL_SCHEMA = {"type": "object", "required": ["type", "call_id", "name", "arguments"],
                 "additionalProperties": False, "properties": {
@@ -159,7 +173,17 @@ _CALL_OUTPUT_SCHEMA = {"type": "object", "required": ["type", "call_id", "output
                            "type": {"const": "function_call_output"},
                            "call_id": {"type": "string"}, "output": _CONTENT_SCHEMA,
                            "id": {"type": ["string", "null"]}, "status": _STATUS_SCHEMA}}
-_INPUT_SCHEMA = {"anyOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": {
+_REASONING_SCHEMA = {"type": "object", "required": ["type"], "additionalProperties": False,
+                     "properties": {"type": {"const": "reasoning"},
+                                    "id": {"type": ["string", "null"]},
+                                    "summary": {"type": "array", "items": {"type": "object"}},
+                                    "content": {"type": ["array", "null"],
+                                                "items": {"type": "object"}},
+                                    "encrypted_content": {"type": ["string", "null"]},
+                                    "status": _STATUS_SCHEMA}}
+_INPUT_SCHEMA = {"anyOf": [{"type": "string"}, {"type": "array", "minItems": 1, "contains": {
+    "not": {"type": "object", "required": ["type"], "properties": {"type": {
+        "const": "reasoning"}}}}, "items": {
     "anyOf": [{
         "type": "object", "required": ["role", "content"], "additionalProperties": False,
         "properties": {"type": {"const": "message"},
@@ -167,12 +191,14 @@ _INPUT_SCHEMA = {"anyOf": [{"type": "string"}, {"type": "array", "minItems": 1, 
                        "content": _CONTENT_SCHEMA, "id": {"type": ["string", "null"]},
                        "status": _STATUS_SCHEMA,
                        "phase": {"enum": ["commentary", "final_answer", None]}}},
-        _CALL_SCHEMA, _CALL_OUTPUT_SCHEMA]}}],
+        _CALL_SCHEMA, _CALL_OUTPUT_SCHEMA, _REASONING_SCHEMA]}}],
                  "description": "A string (one user message) or a list of items: messages, "
-                                "function_call and function_call_output."}
+                                "function_call, function_call_output and reasoning (dropped "
+                                "from the prompt)."}
 InputItem = Annotated[Annotated[InputMessage, Tag("message")]
                       | Annotated[FunctionCallItem, Tag("function_call")]
-                      | Annotated[FunctionCallOutputItem, Tag("function_call_output")],
+                      | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+                      | Annotated[ReasoningItem, Tag("reasoning")],
                       Discriminator(_kind)]
 
 
@@ -226,6 +252,18 @@ class TextConfig(_Body):
     verbosity: Annotated[Refused, _refuse(("medium",), "verbosity is not supported")] = None
 
 
+class ReasoningConfig(_Body):
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = Field(
+        default=None, description="Any level but none asks the model to think (the level is "
+        "not applied): its thinking section comes as a reasoning item; a model whose chat "
+        "template has no thinking section answers 400 naming reasoning.effort.")
+    summary: Annotated[Refused, _refuse((), "no reasoning summary is written: the "
+                                        "reasoning item holds the section itself")] = None
+    generate_summary: Annotated[Refused, _refuse((), "no reasoning summary is written: "
+                                                 "the reasoning item holds the section "
+                                                 "itself")] = None
+
+
 class StreamOptions(_Body):
     include_obfuscation: bool | None = Field(default=None, description="Accepted and "
                                              "ignored (no obfuscation is added).")
@@ -275,9 +313,11 @@ class ResponsesRequest(_Body):
     max_tool_calls: Annotated[Refused, _refuse((), "max_tool_calls is not supported: use "
                                                "parallel_tool_calls false for one call")
                               ] = None
-    include: Annotated[Refused, _refuse(([],), "include is not supported yet: this server "
-                                        "produces message text only")] = None
-    reasoning: Annotated[Refused, BeforeValidator(_no_reasoning)] = None
+    include: Annotated[Refused, _refuse(([],), "include is not supported: nothing it names "
+                                        "(logprobs, encrypted reasoning, tool sources) is "
+                                        "produced here")] = None
+    reasoning: ReasoningConfig | None = Field(default=None, description="effort: the "
+                                              "model thinks (any level but none).")
     top_logprobs: Annotated[Refused, _refuse((0,), "logprobs are not supported")] = None
     prompt: Annotated[Refused, _refuse((), "prompt templates are not supported")] = None
     conversation: Annotated[Refused, _refuse((), "conversations are not supported: use "
@@ -295,11 +335,25 @@ class ResponsesRequest(_Body):
             raise PydanticCustomError("invalid_value", "background responses need store: "
                                       "true", {"param": "background"})
         check_tools(self.tools, self.tool_choice)
+        if all(isinstance(item, ReasoningItem) for item in self.input):
+            raise PydanticCustomError("invalid_value", "input holds only reasoning items, "
+                                      "which are dropped from the prompt: send a message",
+                                      {"param": "input"})
         return self
 
     @property
     def stored(self) -> bool:
         return self.store is not False
+
+    @property
+    def thinks(self) -> bool:
+        """The request asks the model to think (reasoning.effort, any level but none)."""
+        return self.reasoning is not None and self.reasoning.effort not in (None, "none")
+
+    @property
+    def items(self) -> bool:
+        """The answer is output items (tools or reasoning), not one message's text."""
+        return bool(self.tools) or self.thinks
 
     @property
     def format(self) -> OutputFormat | None:
@@ -313,6 +367,8 @@ class ResponsesRequest(_Body):
         for item in self.input:
             if isinstance(item, FunctionCallItem):
                 with_calls(messages, item.call())
+            elif isinstance(item, ReasoningItem):
+                continue  # an earlier answer's thinking: not part of the prompt
             else:
                 messages.append(item.to_message())
         return tuple(messages)
@@ -333,4 +389,5 @@ class ResponsesRequest(_Body):
                                  format=self.format,
                                  tools=tuple(t.to_tool() for t in self.tools or ()),
                                  tool_choice=tool_choice_of(self.tool_choice,
-                                                            self.parallel_tool_calls))
+                                                            self.parallel_tool_calls),
+                                 split_reasoning=self.thinks, think=self.thinks)

@@ -168,7 +168,8 @@ async def show(request: Request) -> Response:
     except TokenpipeError as exc:
         return error_response(exc, body.requested)
     return JSONResponse(shown(names.listed(served), _kind(info.name), info.context_tokens,
-                              _STARTED, embeds=info.embeds, generates=info.generates))
+                              _STARTED, embeds=info.embeds, generates=info.generates,
+                              thinks=info.thinks is True))
 
 
 def _kind(engine: str) -> Kind:

@@ -166,6 +166,7 @@ def _card(request: Request, model_id: str) -> ModelCard:
     return ModelCard(id=model_id, created=_STARTED, max_model_len=info.context_tokens,
                      state=models.slot(model_id).state.value,
                      capabilities=[*(["completion"] if info.generates else []),
+                                   *(["thinking"] if info.thinks is True else []),
                                    *(["embedding"] if info.embeds else [])])
 
 
@@ -197,7 +198,8 @@ async def start(runtime: Runtime, body: Body, render: Render,
             session = await runtime.models.start(body.to_request(), resumable=resumable,
                                                  api=api)
     except TokenpipeError as exc:  # in the names this client sent
-        return error_response(exc, {"max_tokens": body.max_tokens_param})
+        return error_response(exc, {"max_tokens": body.max_tokens_param,
+                                    "think": "reasoning_effort"})
     if n > 1:
         return ChoicesResponse(
             sessions, render(sessions[0].model, scored=body.wants_logprobs),

@@ -148,7 +148,7 @@ async def create_response(request: Request) -> Response:
     shape = ResponseShape.new(body, session.model)
     ping_s = runtime.settings.sse_ping_interval_s or None
     if body.background:
-        run = Run(session, shape, bool(body.tools), pending, state.store, client)
+        run = Run(session, shape, body.items, pending, state.store, client)
         await state.launch(run)
         if body.stream:
             return BackgroundResponse(run, state.streams, -1, ping_s)
@@ -157,7 +157,7 @@ async def create_response(request: Request) -> Response:
     async def keep(final: dict[str, Any], text: str) -> None:
         await state.store.put(pending.stored(final, text))
 
-    return SessionResponse(session, answer_of(shape, bool(body.tools)), stream=bool(body.stream),
+    return SessionResponse(session, answer_of(shape, body.items), stream=bool(body.stream),
                            keep=keep if body.stored else None, ping_s=ping_s or 0)
 
 
@@ -370,8 +370,8 @@ def _int(request: Request, name: str, default: int) -> int:
 def _no_include(request: Request) -> None:
     # #17: include values (e.g. reasoning.encrypted_content) once such output exists
     if any(v for k, v in request.query_params.multi_items() if k.startswith("include")):
-        raise bad("include is not supported yet: this server produces message text only",
-                  "include")
+        raise bad("include is not supported: nothing it names (logprobs, encrypted "
+                  "reasoning, tool sources) is produced here", "include")
 
 
 def _client(request: Request) -> str:

@@ -40,7 +40,7 @@ FOLLOW_POLL_S = 0.05  # how often a replica looks for another's stream that has 
 
 class Run:
     """One background response while it runs (and until it is stored). `items`: its
-    answer is output items (a request with tools), else one message's text."""
+    answer is output items (a request with tools or reasoning), else one message's text."""
 
     def __init__(self, session: GenerationSession, shape: ResponseShape, items: bool,
                  pending: Pending, store: ResponseStore, client: str = "unknown") -> None:

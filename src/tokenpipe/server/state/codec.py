@@ -134,7 +134,7 @@ def encode_request(request: GenerationRequest) -> str:
         "tool_choice": [request.tool_choice.mode, request.tool_choice.name,
                         request.tool_choice.parallel],
         "split_reasoning": request.split_reasoning,
-        "reasoning_budget": request.reasoning_budget,
+        "reasoning_budget": request.reasoning_budget, "think": request.think,
     }
     if request.messages is not None:
         data["messages"] = [[m.role, m.content, [[c.id, c.name, c.arguments]
@@ -160,4 +160,5 @@ def decode_request(text: str | bytes) -> GenerationRequest:
         format=OutputFormat(*data["format"]) if "format" in data else None,
         tools=tuple(Tool(*t) for t in data["tools"]),
         tool_choice=ToolChoice(mode, name, parallel),
-        split_reasoning=data["split_reasoning"], reasoning_budget=data["reasoning_budget"])
+        split_reasoning=data["split_reasoning"], reasoning_budget=data["reasoning_budget"],
+        think=data.get("think", False))  # absent: logged by a replica before the field

@@ -209,7 +209,7 @@ def test_tools_choices_and_thinking_map() -> None:
     for thinking, split in (({"type": "disabled"}, False), ({"type": "adaptive"}, True),
                             (None, False)):
         got = MessagesRequest.model_validate(body(thinking=thinking)).to_request()
-        assert got.split_reasoning is split
+        assert got.split_reasoning is split and got.think is split  # asked to think
 
 
 def test_a_thinking_budget_below_max_tokens_applies_and_output_config_format_maps() -> None:

@@ -116,8 +116,10 @@ def test_format_tools_think_and_the_tool_history_map() -> None:
     gen = GenerateRequest.model_validate({"model": "m", "prompt": "x", "format": "json",
                                           "think": True, "raw": True}).to_request("S")
     assert gen.format == OutputFormat("json_object") and gen.split_reasoning
+    assert gen.think  # asked: a model that cannot think refuses it (Engine.prepare)
     for think, split in ((True, True), ("high", True), (False, False), (None, False)):
-        assert chat(think=think).to_request("S").split_reasoning is split
+        asked = chat(think=think).to_request("S")
+        assert asked.split_reasoning is split and asked.think is split
     req = chat(tools=[TOOL, {"type": "function", "function": {
         "name": "g", "description": "G", "parameters": {"type": "object", "required": ["x"],
                                                         "properties": {"x": {"type": "string"}}}}}],

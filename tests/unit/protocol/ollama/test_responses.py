@@ -90,6 +90,8 @@ def test_listings_say_only_what_is_known() -> None:
     assert shown("m", gguf, 4096, since)["capabilities"] == ["completion", "tools"]
     assert shown("m", gguf, 4096, since, embeds=True)["capabilities"] == [
         "completion", "tools", "embedding"]
+    assert shown("m", gguf, 4096, since, embeds=True, thinks=True)["capabilities"] == [
+        "completion", "tools", "thinking", "embedding"]
     assert info["model_info"] == {"tokenpipe.context_length": 4096}
 
 

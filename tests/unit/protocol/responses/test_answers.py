@@ -22,6 +22,9 @@ ITEMS = [Delta(0, "Let me look. "),
          Delta(1, '{"city": ', "tool_call", 0, "call_1", "weather"),
          Delta(2, '"Paris"}', "tool_call", 0)]
 
+THOUGHT = [Delta(0, "First, ", "reasoning"), Delta(1, "think.", "reasoning"),
+           Delta(2, "The answer.")]
+
 
 def numbers(raw: bytes) -> list[int]:
     return [json.loads(line[6:])["sequence_number"] for line in raw.decode().split("\n")
@@ -39,7 +42,8 @@ def stream(of: ResponseShape, items: bool, deltas: list[Delta], end: Finished | 
     return b"".join(out), final, answer.count
 
 
-@pytest.mark.parametrize(("items", "deltas"), [(False, TEXT), (True, ITEMS)])
+@pytest.mark.parametrize(("items", "deltas"), [(False, TEXT), (True, ITEMS),
+                                               (True, THOUGHT)])
 @pytest.mark.parametrize("end", [Finished(FinishReason.STOP, USAGE, TIMING),
                                  Failed(EngineError("broke"), USAGE)])
 def test_a_resumed_or_replayed_stream_says_exactly_the_whole_streams_events_after_n(
@@ -55,6 +59,20 @@ def test_a_resumed_or_replayed_stream_says_exactly_the_whole_streams_events_afte
         assert resumed == above
         replayed, last = replay(final, stored, after)
         assert replayed == above and last == count - 1
+
+
+def test_a_thinking_section_is_a_reasoning_item_before_the_message() -> None:
+    raw, final, _ = stream(shape(), True, THOUGHT, Finished(FinishReason.STOP, USAGE, TIMING))
+    thought, message = final["output"]
+    assert (thought["type"], thought["summary"], thought["content"]) == (
+        "reasoning", [], [{"type": "reasoning_text", "text": "First, think."}])
+    assert thought["id"].startswith("rs_") and thought["status"] == "completed"
+    assert message["content"][0]["text"] == "The answer."
+    kinds = [json.loads(line[6:])["type"] for line in raw.decode().split("\n")
+             if line.startswith("data: ")]
+    assert kinds[2:8] == ["response.output_item.added", "response.reasoning_text.delta",
+                          "response.reasoning_text.delta", "response.reasoning_text.done",
+                          "response.output_item.done", "response.output_item.added"]
 
 
 def test_an_answer_that_says_nothing_still_counts() -> None:

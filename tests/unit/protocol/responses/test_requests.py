@@ -78,6 +78,24 @@ def test_items_long_and_short_form_in_order_with_history_first() -> None:
     assert all(i["id"].startswith("msg_") for i in items)
 
 
+def test_reasoning_effort_asks_to_think_and_reasoning_items_are_dropped() -> None:
+    for effort, asked in (("low", True), ("max", True), ("none", False), (None, False)):
+        req = parse(reasoning={"effort": effort})
+        assert req.thinks is asked and req.items is asked  # a reasoning item: items
+        generated = req.to_request()
+        assert generated.think is asked and generated.split_reasoning is asked
+    thought = {"type": "reasoning", "id": "rs_1", "summary": [], "status": "completed",
+               "encrypted_content": None,
+               "content": [{"type": "reasoning_text", "text": "plan"}]}
+    req = parse(input=[{"role": "user", "content": "q"}, thought,
+                       {"role": "assistant", "content": "a"}, {"role": "user", "content": "r"}])
+    assert req.to_request().messages == (Message("user", "q"), Message("assistant", "a"),
+                                         Message("user", "r"))
+    listed = input_items(req)[1]
+    assert (listed["id"], listed["type"], listed["content"]) == (
+        "rs_1", "reasoning", thought["content"])
+
+
 @pytest.mark.parametrize("fmt", [
     {"type": "json_object"},
     {"type": "json_schema", "name": "person", "strict": True,
@@ -97,8 +115,11 @@ def test_text_format_maps_as_chat_response_format_does(fmt: dict[str, Any]) -> N
     ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role", "Input should be"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]},
      "input[0].content[0]", "'input_image' are not supported yet"),
-    ({"input": [{"type": "reasoning", "summary": []}]},
-     "input[0]", "'reasoning' are not supported"),
+    ({"input": [{"type": "item_reference", "id": "x"}]},
+     "input[0]", "'item_reference' are not supported"),
+    ({"input": [{"type": "reasoning", "summary": [], "signature": "x"}]},
+     "input[0].signature", "Unrecognized"),
+    ({"input": [{"type": "reasoning", "summary": []}]}, "input", "only reasoning items"),
     ({"input": [{"type": "function_call", "call_id": "c", "name": "f"}]},
      "input[0].arguments", "Missing required parameter"),
     ({"input": [{"type": "function_call_output", "output": "x"}]},
@@ -113,8 +134,10 @@ def test_text_format_maps_as_chat_response_format_does(fmt: dict[str, Any]) -> N
     ({"tools": [{"type": "function", "name": "f"}],
       "tool_choice": {"type": "function", "name": "g"}}, "tool_choice", "not among"),
     ({"max_tool_calls": 2}, "max_tool_calls", "parallel_tool_calls"),
-    ({"include": ["reasoning.encrypted_content"]}, "include", "not supported yet"),
-    ({"reasoning": {"effort": "low"}}, "reasoning", "not supported yet"),
+    ({"include": ["reasoning.encrypted_content"]}, "include", "is produced here"),
+    ({"reasoning": {"effort": "lots"}}, "reasoning.effort", "Input should be"),
+    ({"reasoning": {"effort": "low", "summary": "auto"}}, "reasoning.summary",
+     "no reasoning summary"),
     ({"truncation": "auto"}, "truncation", "disabled"),
     ({"background": True, "store": False}, "background", "need store"),
     ({"temperature": 3}, "temperature", "less than or equal to 2"),
