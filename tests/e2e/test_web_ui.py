@@ -31,6 +31,10 @@ from websockets.typing import Subprotocol
 from tests.conftest import ServerProcess
 
 pytestmark = pytest.mark.e2e
+# What the page shows after a round trip to the server (a count of the draft, an answer's
+# first token) may wait behind other workers' tests on 2 cores: 15 s, as a page's actions
+# (open_page), not Playwright's 5 s. Every browser test module imports this one.
+expect.set_options(timeout=15_000)
 
 ROOT = Path(__file__).resolve().parents[2]
 WEB = ROOT / "web"
