@@ -104,7 +104,7 @@ async def test_a_killed_upstream_s_greedy_answer_goes_on_on_vllm(
             gen = await client.generate(STORY, params=params)  # the first pick: A
             async for _ in gen:
                 pauses.delta()
-                if len(gen.deltas) >= 8:
+                if len(gen.deltas) >= 2:  # vLLM chunks may carry many tokens each
                     break
             assert active(a) == 1, "the answer did not start on A"
             pauses.kill(a)
