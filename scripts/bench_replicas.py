@@ -151,7 +151,8 @@ async def scenario(name: str, args: argparse.Namespace, replicas: list[Proc],
         p99 = worst[min(len(worst) - 1, int(len(worst) * 0.99))]
         return f"p50 {statistics.median(worst):.2f} s, p99 {p99:.2f} s, max {worst[-1]:.2f} s"
 
-    print(f"{name}: {equal}/{args.streams} streams equal to the uninterrupted answer "
+    print(f"{name}: {equal}/{args.streams} streams ({equal / args.streams:.0%}) equal to the "
+          f"uninterrupted answer "
           f"({len(failed)} failed: {why}); {len(resumed)} resumed by their client; each "
           f"stream's longest wait for a delta: resumed {spread([w for w, r in waits if r])}"
           f"; the others {spread([w for w, r in waits if not r])}; all done in "

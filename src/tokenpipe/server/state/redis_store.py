@@ -9,9 +9,10 @@ Keys, under `--state-prefix` (default `tokenpipe`), per stream token:
 - `P:TOKEN:meta`, a hash: the stream id its reader calls it by, the model, the SSE
   rendering (chunk id, created) so every replica renders a resume alike, and the request
   with its resolved max_tokens, for a take-over;
-- `P:TOKEN:lease`, the producing replica's id, with a short expiry it renews: only the
-  holder appends to the log (a Lua check-and-append), and a follower that finds it lapsed
-  before the final event takes the stream over (SET NX);
+- `P:TOKEN:lease`, the producing replica's id and address (`ID@HOST:PORT`), with a short
+  expiry it renews: only the holder appends to the log (a Lua check-and-append), and a
+  follower that finds it lapsed before the final event, or its holder's address refusing
+  connections, takes the stream over (follower.py);
 - `P:TOKEN:reader`, set by a replica whose client reads the stream there: the producing
   replica then does not cancel it when its own reader's grace period ends;
 - `P:TOKEN:cancel`, set by a replica whose client cancels it there: the producer cancels.
@@ -34,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import json
 import logging
@@ -47,8 +47,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from ...engines.prefill import continuation
-from ...errors import ReplicaLost, ShuttingDown
+from ...errors import ShuttingDown
 from ...session import (
     Cursor,
     Delta,
@@ -59,9 +58,10 @@ from ...session import (
     Queued,
     Started,
 )
-from ...types import GenerationRequest, Usage
+from ...types import GenerationRequest
 from ..resumable import Held, LocalResumeStore
 from . import codec
+from .follower import Follower
 
 log = logging.getLogger("tokenpipe.state")
 RETRY_S = 1.0  # Redis away: how often the probe tries it again
@@ -93,15 +93,19 @@ class RedisResumeStore(LocalResumeStore):
     replica produced them (ResumeStore). `start` runs a request here (the one start,
     ModelRegistry.start): set by the runtime, a take-over needs it."""
 
+    call_timeout_s = CALL_TIMEOUT_S
+
     def __init__(self, grace_s: float, url: str, prefix: str = "tokenpipe",
-                 lease_s: float = 3.0) -> None:
+                 lease_s: float = 3.0, address: str | None = None) -> None:
         super().__init__(grace_s)
         self.url, self.prefix = url, prefix
         self.lease_s = lease_s  # the producer's lease, renewed every third of it
         self.redis = aioredis.from_url(url, socket_connect_timeout=2, socket_timeout=None)
         self._append = self.redis.register_script(_APPEND)
         self._renew = self.redis.register_script(_RENEW)
-        self.replica = secrets.token_hex(6)  # this process, as leases name it
+        # this process, as leases name it; `address`: where other replicas reach it
+        # (HOST:PORT), for a follower to see at once that it stopped (follower.py)
+        self.replica = secrets.token_hex(6) + (f"@{address}" if address else "")
         self.start: Start | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}  # by "what:token"
         self._replayed: set[str] = set()  # the tokens whose session replays another's log
@@ -280,7 +284,7 @@ class RedisResumeStore(LocalResumeStore):
         session = GenerationSession(None, fields["model"], resumable=True, api=fields["api"])
         session.stream_token = token
         held = Held(session, fields["stream_id"], sse=_origin(fields))
-        follower = _Follower(self, held, fields)
+        follower = Follower(self, held, fields)
         await follower.catch_up(after)
         if token in self._held:  # found by another resume meanwhile
             return self._held[token]
@@ -307,47 +311,6 @@ class RedisResumeStore(LocalResumeStore):
         await self._safely(lambda: self.redis.set(self._key(token, "cancel"), self.replica,
                                                   px=int((self.grace_s + self.lease_s) * 1000)),
                            "cancelling a stream on its replica")
-
-    async def _continue(self, held: Held, fields: dict[str, str], tokens: int) -> None:
-        """This replica holds the lease of a stream whose producer died: runs it again from
-        where the log ends, as its producer now (module docstring)."""
-        session, token = held.session, held.session.stream_token
-        assert token is not None
-        request = _continuation(session, fields, tokens)
-        if request is None or self.start is None:
-            await self._safely(lambda: self._release(token), "releasing a lease")
-            return session.end_with(Failed(ReplicaLost(
-                "the replica producing this stream stopped before it ended"),
-                session.usage()))
-        base, prompt_tokens = session.next_seq, session.prompt_tokens or 0
-        try:
-            run = await self.start(request, session.api)
-        except Exception as exc:  # refused here (shutting down, a model not served here)
-            error = exc if isinstance(exc, ShuttingDown) else ReplicaLost(
-                f"the replica producing this stream stopped, and continuing it here "
-                f"failed: {exc}")  # shutting down: handed over again (hands_over)
-            await self._safely(lambda: self._release(token), "releasing a lease")
-            session.end_with(Failed(error, session.usage()))
-            return
-        log.info("stream %s… taken over from a stopped replica at seq %d", token[:6], base)
-        self.takeovers.inc()
-        self._replayed.discard(token)
-        session.bind_cancel(run.cancel)
-        session.logged = base  # its readers get what the log has, from here on too
-        self._opened.add(token)
-        self._spawn(f"mirror:{token}", self._mirror(held, after=base - 1, taken=True))
-        cursor = run.cursor()
-        try:
-            async for event in cursor:
-                if isinstance(event, Delta):
-                    session.completion_tokens = tokens + run.completion_tokens  # logged
-                    session.replay(dataclasses.replace(event, seq=base + event.seq))
-                elif isinstance(event, Finished | Failed):
-                    usage = Usage(prompt_tokens, tokens + event.usage.completion_tokens)
-                    session.end_with(dataclasses.replace(event, usage=usage))
-        finally:
-            cursor.close()
-            run.cancel()
 
     # ---- both ---------------------------------------------------------------------------
     def _spawn(self, name: str, work: Awaitable[None]) -> None:
@@ -426,106 +389,6 @@ class _Count:
 
     def inc(self) -> None:
         self.value += 1
-
-
-class _Follower:
-    """Feeds a replayed session from the log: what is there now (catch_up), then each
-    batch as the producer appends it (follow), until the final event; while a client
-    reads it here, the producer is told so (the reader key); when the producer's lease
-    lapses first, this replica takes the stream over."""
-
-    def __init__(self, store: RedisResumeStore, held: Held, fields: dict[str, str]) -> None:
-        self.store, self.held, self.session, self.fields = store, held, held.session, fields
-        self.token = held.session.stream_token or ""
-        self.last_id = b"0"
-        self.tokens = 0  # the producer's completion tokens at the last batch
-        self.key = store._key(self.token, "log")
-
-    async def catch_up(self, after: int, wait_s: float = 2.0) -> None:
-        """Every batch logged so far; where the client says it has seen more (the producer
-        sent it before logging it), up to `wait_s` more for the log to reach that seq."""
-        entries = await self.store._safely(lambda: self.store.redis.xrange(self.key),
-                                           "replaying a stream")
-        self._apply(entries or [])
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_s
-        while after >= self.session.next_seq and self.session.final is None:
-            left = deadline - loop.time()
-            if left <= 0 or not await self._read(int(left * 1000) or 1):
-                return
-
-    async def follow(self) -> None:
-        store, loop = self.store, asyncio.get_running_loop()
-        marked = 0.0
-        lease = store._key(self.token, "lease")
-        while self.session.final is None:
-            if self.held.reader is not None and loop.time() - marked > store.grace_s / 3:
-                marked = loop.time()
-                await store.mark_read(self.token)
-            if await self._read(int(store.lease_s * 1000 / 3)):
-                continue
-            alive = await store._safely(lambda: store.redis.exists(lease),
-                                        "checking a stream's producer")
-            if alive != 0 or store.draining:  # None: Redis is away, keep waiting
-                continue
-            got = await store._safely(lambda: store.redis.set(
-                lease, store.replica, nx=True, px=int(store.lease_s * 1000)), "taking a lease")
-            if got:
-                await self._read(1)  # what the producer logged before its lease lapsed
-                if self.session.final is None:
-                    return await store._continue(self.held, self.fields, self.tokens)
-                await store._safely(lambda: store._release(self.token), "releasing a lease")
-
-    async def _read(self, block_ms: int) -> bool:
-        """Blocks up to block_ms for new batches; whether any came."""
-        found = await self.store._safely(
-            lambda: self.store.redis.xread({self.key: self.last_id}, block=block_ms),
-            "following a stream", block_ms / 1000 + CALL_TIMEOUT_S)
-        if not found:
-            if found is None:
-                await asyncio.sleep(block_ms / 1000)  # Redis away: do not spin
-            return False
-        for _, entries in found:
-            self._apply(entries)
-        return True
-
-    def _apply(self, entries: list[tuple[bytes, dict[bytes, bytes]]]) -> None:
-        session = self.session
-        for entry_id, fields in entries:
-            self.last_id = entry_id
-            self.tokens = session.completion_tokens = int(fields.get(b"n", b"0"))
-            for data in json.loads(fields[b"e"]):
-                event = codec.decode(json.dumps(data))
-                if isinstance(event, Delta):
-                    if event.seq > session.next_seq:  # its producer lost Redis meanwhile
-                        session.end_with(Failed(ReplicaLost(
-                            "this stream's log is incomplete (its replica lost the state "
-                            "store); resume it on the replica that produced it"),
-                            session.usage()))
-                        return
-                    if event.seq == session.next_seq:
-                        session.replay(event)
-                elif isinstance(event, Started):
-                    session.mark_started(event.prompt_tokens)
-                elif isinstance(event, Progress):
-                    session.set_progress(event.done, event.total)
-                elif isinstance(event, Finished | Failed):
-                    session.end_with(event)
-
-
-def _continuation(session: GenerationSession, fields: dict[str, str],
-                  tokens: int) -> GenerationRequest | None:
-    """The request that goes on from the logged text, or None where a continuation would
-    not be the same answer (module docstring; engines/prefill.py `continuation`)."""
-    if "request" not in fields or fields["api"] == "responses":  # stored by its replica
-        return None
-    cursor = session.cursor(-1)
-    deltas = [d for d in cursor.poll() if isinstance(d, Delta)]
-    cursor.close()
-    if any(d.channel != "content" for d in deltas):
-        return None
-    return continuation(codec.decode_request(fields["request"]),
-                        "".join(d.text for d in deltas), int(fields["max_tokens"]) - tokens)
 
 
 def _meta(held: Held) -> dict[Any, str]:
