@@ -98,17 +98,28 @@ def nginx(port: int, replicas: list[int], tmp: Path) -> Proc:
 
 
 async def stream(url: str, messages: list[dict[str, str]], tokens: int,
-                 waits: list[tuple[float, int]]) -> tuple[str, int]:
+                 waits: list[tuple[float, int]], seen: list[list[float]]) -> tuple[str, int]:
     async with Client(url, resume_s=60) as client:
         gen = await client.generate(messages, resumable=True,
                                     params={"max_tokens": tokens, "temperature": 0})
         last = time.monotonic()
         worst = 0.0
+        times: list[float] = []
         async for _ in gen:
             now = time.monotonic()
             worst, last = max(worst, now - last), now
+            times.append(now)
         waits.append((worst, gen.resumes))
+        if gen.resumes:
+            seen.append(times)
         return gen.text, gen.resumes
+
+
+def across(times: list[float], killed: float) -> float | None:
+    """The client's gap across the kill: its last delta before it to its next one."""
+    before = [t for t in times if t <= killed]
+    after = [t for t in times if t > killed]
+    return after[0] - before[-1] if before and after else None
 
 
 async def scenario(name: str, args: argparse.Namespace, replicas: list[Proc],
@@ -118,10 +129,12 @@ async def scenario(name: str, args: argparse.Namespace, replicas: list[Proc],
         reference = await (await client.generate(
             messages, params={"max_tokens": args.tokens, "temperature": 0})).collect()
     waits: list[tuple[float, int]] = []
+    seen: list[list[float]] = []  # each resumed stream's delta times
     started = time.monotonic()
-    runs = [asyncio.create_task(stream(front, messages, args.tokens, waits))
+    runs = [asyncio.create_task(stream(front, messages, args.tokens, waits, seen))
             for _ in range(args.streams)]
     await asyncio.sleep(args.tokens * args.pace_ms / 1000 / 3)  # a third in
+    killed = time.monotonic()
     if name == "kill":
         await asyncio.to_thread(replicas[0].stop, signal.SIGKILL)
         replicas[0] = tokenpipe(replicas[0].port, tmp, *replicas[0].cmd[6:])
@@ -157,6 +170,10 @@ async def scenario(name: str, args: argparse.Namespace, replicas: list[Proc],
           f"stream's longest wait for a delta: resumed {spread([w for w, r in waits if r])}"
           f"; the others {spread([w for w, r in waits if not r])}; all done in "
           f"{elapsed:.1f} s")
+    if name == "kill":
+        gaps = [g for g in (across(t, killed) for t in seen) if g is not None]
+        print(f"  the killed replica's clients' gap, last delta before the kill to the next: "
+              f"{spread(gaps)} ({len(gaps)} streams)")
 
 
 def main() -> int:

@@ -14,10 +14,10 @@ the replicas following one stream, one takes it."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import logging
+import socket
 from typing import TYPE_CHECKING
 
 from ...engines.prefill import continuation
@@ -45,20 +45,22 @@ return 1
 
 async def gone(holder: str) -> bool:
     """Whether the replica a lease names is known to have stopped: its address (after the
-    `@` of the lease's value) refuses a connection. False where that is not known."""
+    `@` of the lease's value) refuses a connection. False where that is not known. The
+    connect runs in a thread with the socket's own timeout: on a busy event loop an
+    asyncio timeout can fire before a refusal that came at once is seen."""
     host, _, port = holder.partition("@")[2].rpartition(":")
     if not host or not port.isdigit():
         return False
+    return await asyncio.to_thread(_refuses, host.strip("[]"), int(port))
+
+
+def _refuses(host: str, port: int) -> bool:
     try:
-        async with asyncio.timeout(PROBE_TIMEOUT_S):
-            _, writer = await asyncio.open_connection(host.strip("[]"), int(port))
+        socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S).close()
     except ConnectionRefusedError:
         return True
-    except (OSError, TimeoutError):
+    except OSError:  # a timeout, no route, a name that does not resolve: unknown
         return False
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
     return False
 
 
@@ -80,7 +82,7 @@ class Follower:
         """Every batch logged so far; where the client says it has seen more (the producer
         sent it before logging it), up to `wait_s` more for the log to reach that seq."""
         entries = await self.store._safely(lambda: self.store.redis.xrange(self.key),
-                                           "replaying a stream")
+                                           "replaying a stream", self.store.lookup_timeout_s)
         self._apply(entries or [])
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s

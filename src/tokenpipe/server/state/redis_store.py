@@ -66,6 +66,10 @@ from .follower import Follower
 log = logging.getLogger("tokenpipe.state")
 RETRY_S = 1.0  # Redis away: how often the probe tries it again
 CALL_TIMEOUT_S = 1.5  # a Redis call not answered by then counts as Redis away
+# ... except a look-up for a client that resumes, which holds no stream back: a replica
+# whose event loop lags under load (or a Redis busy for a moment) answers it late rather
+# than counting Redis lost and the stream not found
+LOOKUP_TIMEOUT_S = 5.0
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{16,64}")  # what secrets.token_urlsafe makes
 Start = Callable[[GenerationRequest, str], Awaitable[GenerationSession]]
 
@@ -93,7 +97,7 @@ class RedisResumeStore(LocalResumeStore):
     replica produced them (ResumeStore). `start` runs a request here (the one start,
     ModelRegistry.start): set by the runtime, a take-over needs it."""
 
-    call_timeout_s = CALL_TIMEOUT_S
+    call_timeout_s, lookup_timeout_s = CALL_TIMEOUT_S, LOOKUP_TIMEOUT_S
 
     def __init__(self, grace_s: float, url: str, prefix: str = "tokenpipe",
                  lease_s: float = 3.0, address: str | None = None) -> None:
@@ -277,7 +281,7 @@ class RedisResumeStore(LocalResumeStore):
         if held is not None or not _TOKEN.fullmatch(token):
             return held
         meta = await self._safely(lambda: self.redis.hgetall(self._key(token, "meta")),
-                                  "looking a stream up")
+                                  "looking a stream up", LOOKUP_TIMEOUT_S)
         if not meta:
             return None
         fields = {k.decode(): v.decode() for k, v in meta.items()}
