@@ -82,7 +82,7 @@ class Follower:
         """Every batch logged so far; where the client says it has seen more (the producer
         sent it before logging it), up to `wait_s` more for the log to reach that seq."""
         entries = await self.store._safely(lambda: self.store.redis.xrange(self.key),
-                                           "replaying a stream", self.store.lookup_timeout_s)
+                                           "replaying a stream", lookup=True)
         self._apply(entries or [])
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s

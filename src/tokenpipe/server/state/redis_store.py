@@ -97,7 +97,7 @@ class RedisResumeStore(LocalResumeStore):
     replica produced them (ResumeStore). `start` runs a request here (the one start,
     ModelRegistry.start): set by the runtime, a take-over needs it."""
 
-    call_timeout_s, lookup_timeout_s = CALL_TIMEOUT_S, LOOKUP_TIMEOUT_S
+    call_timeout_s = CALL_TIMEOUT_S
 
     def __init__(self, grace_s: float, url: str, prefix: str = "tokenpipe",
                  lease_s: float = 3.0, address: str | None = None) -> None:
@@ -281,7 +281,7 @@ class RedisResumeStore(LocalResumeStore):
         if held is not None or not _TOKEN.fullmatch(token):
             return held
         meta = await self._safely(lambda: self.redis.hgetall(self._key(token, "meta")),
-                                  "looking a stream up", LOOKUP_TIMEOUT_S)
+                                  "looking a stream up", lookup=True)
         if not meta:
             return None
         fields = {k.decode(): v.decode() for k, v in meta.items()}
@@ -329,13 +329,16 @@ class RedisResumeStore(LocalResumeStore):
             task.cancel()
 
     async def _safely(self, call: Callable[[], Awaitable[Any]], what: str,
-                      timeout_s: float = CALL_TIMEOUT_S) -> Any:
+                      timeout_s: float = CALL_TIMEOUT_S, *, lookup: bool = False) -> Any:
         """A Redis call whose failure costs the shared state, never a stream: None when it
         failed, took over `timeout_s` (a Redis that hangs holds streams back no longer:
         their deltas wait for the log), or when Redis is known to be away (nothing but the
-        probe calls it then). The first failure is logged, /health says degraded
-        (`failure`) until the probe reaches Redis again."""
-        if self.failure is not None:
+        probe and `lookup`s call it then: a client's resume asks Redis anyway, up to
+        LOOKUP_TIMEOUT_S, as a slow moment under load is not an outage). The first failure
+        is logged, /health says degraded (`failure`) until the probe reaches Redis again."""
+        if lookup:
+            timeout_s = LOOKUP_TIMEOUT_S
+        elif self.failure is not None:
             return None
         try:
             async with asyncio.timeout(timeout_s):
