@@ -16,6 +16,7 @@ door's state.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import secrets
 import time
@@ -62,6 +63,10 @@ class GenerationSession:
         self.state = State.QUEUED
         self.position = 0
         self.prompt_tokens: int | None = None
+        # the prompt's token ids and, on its deltas, the answer's: kept where the request
+        # asked for them or the stream is resumable (the scheduler passes them on then)
+        self.prompt_ids: tuple[int, ...] | None = None
+        self._loose: list[int] = []  # ids whose text has not come yet
         self.progress: Progress | None = None  # a long prompt's prefill so far
         self.completion_tokens = 0
         self.cached_tokens = 0
@@ -119,20 +124,40 @@ class GenerationSession:
         self.progress = Progress(done, total)
         self._notify()
 
-    def add_text(self, text: str, tokens: int) -> None:
+    def add_text(self, text: str, tokens: int, ids: tuple[int, ...] = ()) -> None:
+        """`ids`: the tokens' ids, where kept; they go with the next text that comes (a
+        token may end inside a character, or in text a stop string holds back). Ids whose
+        text never comes (an end of turn, a stop string's) are not on any delta."""
         self.completion_tokens += tokens
+        if ids:
+            self._loose.extend(ids)
         if text:
             if self.first_token_at is None:
                 self.first_token_at = time.perf_counter()
-            self._pending.append(text)
+            if self._loose:
+                self._parts = True
+                self._pending.append(Part(text, "content", token_ids=tuple(self._loose)))
+                self._loose.clear()
+            else:
+                self._pending.append(text)
             self._notify()
 
-    def add_pieces(self, pieces: list[str | Part], tokens: int) -> None:
-        """Content strings and Parts of other channels (reasoning, tool calls), in order."""
+    def add_pieces(self, pieces: list[str | Part], tokens: int,
+                   ids: tuple[int, ...] = ()) -> None:
+        """Content strings and Parts of other channels (reasoning, tool calls), in order;
+        `ids` as add_text says, on the first of them."""
         self.completion_tokens += tokens
+        if ids:
+            self._loose.extend(ids)
         kept = [p for p in pieces if not isinstance(p, str) or p]
         if not kept:
             return
+        if self._loose:
+            first = kept[0]
+            kept[0] = (Part(first, "content", token_ids=tuple(self._loose))
+                       if isinstance(first, str) else dataclasses.replace(
+                           first, token_ids=first.token_ids + tuple(self._loose)))
+            self._loose.clear()
         if self.first_token_at is None:
             self.first_token_at = time.perf_counter()
         if any(not isinstance(p, str) for p in kept):
@@ -163,7 +188,7 @@ class GenerationSession:
         else:
             self._parts = True
             self._sealed.append(Part(delta.text, delta.channel, delta.index, delta.call_id,
-                                     delta.name, delta.logprobs))
+                                     delta.name, delta.logprobs, delta.token_ids))
         self._notify()
 
     def log_reached(self, logged: int | None, final: bool = False) -> None:
@@ -284,7 +309,7 @@ def _delta(seq: int, piece: str | Part) -> Delta:
     if isinstance(piece, str):
         return Delta(seq, piece)
     return Delta(seq, piece.text, piece.channel, piece.index, piece.call_id, piece.name,
-                 piece.logprobs)
+                 piece.logprobs, piece.token_ids)
 
 
 def _merged(pieces: list[str | Part]) -> list[str | Part]:
@@ -298,15 +323,18 @@ def _merged(pieces: list[str | Part]) -> list[str | Part]:
             if isinstance(last, str):
                 out[-1] = last + piece
             elif isinstance(last, Part) and last.channel == "content":
-                out[-1] = Part(last.text + piece, "content", logprobs=last.logprobs)
+                out[-1] = Part(last.text + piece, "content", logprobs=last.logprobs,
+                               token_ids=last.token_ids)
             else:
                 out.append(piece)
         elif isinstance(last, str) and piece.channel == "content":
-            out[-1] = Part(last + piece.text, "content", logprobs=piece.logprobs)
+            out[-1] = Part(last + piece.text, "content", logprobs=piece.logprobs,
+                           token_ids=piece.token_ids)
         elif (isinstance(last, Part) and piece.call_id is None and last.channel == piece.channel
               and last.index == piece.index):
             out[-1] = Part(last.text + piece.text, last.channel, last.index, last.call_id,
-                           last.name, last.logprobs + piece.logprobs)
+                           last.name, last.logprobs + piece.logprobs,
+                           last.token_ids + piece.token_ids)
         else:
             out.append(piece)
     return out

@@ -109,6 +109,10 @@ class _Sampling(_Body):
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
     stop: StopField = None
+    return_token_ids: bool | None = Field(
+        default=None, description="vLLM's extra: the answer's token ids go with its text "
+        "(each chunk's or choice's token_ids) and the prompt's (prompt_token_ids: the "
+        "first chunk that has them; chat: the object's, completions: the choice's).")
     n: int | None = Field(default=None, ge=1, description="Choices, up to the server's "
                           "--max-n (8): one prompt decoded once; with a seed, choice i "
                           "uses seed + i.")
@@ -365,18 +369,21 @@ class ChatCompletionRequest(_Sampling):
                                  tool_choice=tool_choice_of(self.tool_choice,
                                                             self.parallel_tool_calls),
                                  split_reasoning=self.reasoning_format != "none",
-                                 think=self.reasoning_effort not in (None, "none"))
+                                 think=self.reasoning_effort not in (None, "none"),
+                                 token_ids=bool(self.return_token_ids))
 
 
 def _one_prompt(value: Any) -> Any:
     if isinstance(value, list):
-        if len(value) == 1 and isinstance(value[0], str):
-            return _text(value[0])
+        if len(value) == 1 and isinstance(value[0], str | list):
+            return _one_prompt(value[0])
         if value and all(isinstance(v, str) for v in value):
             raise PydanticCustomError("unsupported_value", "one prompt per request: batches "
                                       "of prompts are not supported")
-        raise PydanticCustomError("unsupported_value", "prompts as token ids are not "
-                                  "supported; send text")
+        if value and all(type(v) is int and v >= 0 for v in value):
+            return value  # token ids, read as they are
+        raise PydanticCustomError("unsupported_value", "a prompt is text, or token ids "
+                                  "(non-negative integers), one prompt per request")
     return _text(value)
 
 
@@ -385,10 +392,12 @@ class CompletionRequest(_Sampling):
     OpenAI's; `echo`, `suffix` and `best_of` > 1 answer 400."""
 
     prompt: Annotated[
-        str, BeforeValidator(_one_prompt),
+        str | list[int], BeforeValidator(_one_prompt),
         WithJsonSchema({"anyOf": [{"type": "string", "minLength": 1},
                                   {"type": "array", "items": {"type": "string", "minLength": 1},
-                                   "minItems": 1, "maxItems": 1}]}),
+                                   "minItems": 1, "maxItems": 1},
+                                  {"type": "array", "items": {"type": "integer", "minimum": 0},
+                                   "minItems": 1}]}),
     ]
     max_tokens: int | None = Field(default=16, ge=1)
     echo: Annotated[Refused, _refuse((False,), "echo is not supported")] = None
@@ -405,7 +414,10 @@ class CompletionRequest(_Sampling):
         return self.logprobs
 
     def to_request(self) -> GenerationRequest:
-        return GenerationRequest(prompt=self.prompt, params=self.sampling(self.max_tokens),
-                                 model=self.model, format=self.format)
+        text, ids = (self.prompt, None) if isinstance(self.prompt, str) else (
+            "", tuple(self.prompt))
+        return GenerationRequest(prompt=text, prompt_ids=ids,
+                                 params=self.sampling(self.max_tokens), model=self.model,
+                                 format=self.format, token_ids=bool(self.return_token_ids))
 
 

@@ -20,7 +20,7 @@ import logging
 import socket
 from typing import TYPE_CHECKING
 
-from ...engines.prefill import continuation
+from ...engines.prefill import continuation, from_ids
 from ...errors import ReplicaLost, ShuttingDown
 from ...session import Delta, Failed, Finished, GenerationSession, Progress, Started
 from ...types import GenerationRequest, Usage
@@ -148,6 +148,8 @@ class Follower:
         for entry_id, fields in entries:
             self.last_id = entry_id
             self.tokens = session.completion_tokens = int(fields.get(b"n", b"0"))
+            if b"p" in fields:
+                session.prompt_ids = tuple(json.loads(fields[b"p"]))
             for data in json.loads(fields[b"e"]):
                 event = codec.decode(json.dumps(data))
                 if isinstance(event, Delta):
@@ -173,14 +175,14 @@ async def continue_here(store: RedisResumeStore, held: Held, fields: dict[str, s
     where the log ends, as its producer now (redis_store.py's module docstring)."""
     session, token = held.session, held.session.stream_token
     assert token is not None
-    request = _continuation(session, fields, tokens)
+    request, tokens = _continuation(session, fields, tokens)
     if request is None or store.start is None:
         await store._safely(lambda: store._release(token), "releasing a lease")
         return session.end_with(Failed(ReplicaLost(
             "the replica producing this stream stopped before it ended"), session.usage()))
     base, prompt_tokens = session.next_seq, session.prompt_tokens or 0
-    try:
-        run = await store.start(request, session.api)
+    try:  # its token ids logged too: a take-over of this one goes on from them
+        run = await store.start(dataclasses.replace(request, token_ids=True), session.api)
     except Exception as exc:  # refused here (shutting down, a model not served here)
         error = exc if isinstance(exc, ShuttingDown) else ReplicaLost(
             f"the replica producing this stream stopped, and continuing it here "
@@ -209,17 +211,24 @@ async def continue_here(store: RedisResumeStore, held: Held, fields: dict[str, s
         run.cancel()
 
 
-def _continuation(session: GenerationSession, fields: dict[str, str],
-                  tokens: int) -> GenerationRequest | None:
-    """The request that goes on from the logged text, or None where a continuation would
-    not be the same answer (redis_store.py's module docstring; engines/prefill.py
-    `continuation`)."""
+def _continuation(session: GenerationSession, fields: dict[str, str], tokens: int
+                  ) -> tuple[GenerationRequest | None, int]:
+    """The request that goes on from the log, and the answer's tokens it counts as done:
+    from the token ids where every delta has them and the prompt's are logged (exact),
+    else from the text (`tokens`: the producer's count); None where a continuation would
+    not be the same answer (redis_store.py's module docstring; engines/prefill.py)."""
     if "request" not in fields or fields["api"] == "responses":  # stored by its replica
-        return None
+        return None, tokens
     cursor = session.cursor(-1)
     deltas = [d for d in cursor.poll() if isinstance(d, Delta)]
     cursor.close()
     if any(d.channel != "content" for d in deltas):
-        return None
-    return continuation(codec.decode_request(fields["request"]),
-                        "".join(d.text for d in deltas), int(fields["max_tokens"]) - tokens)
+        return None, tokens
+    request, max_tokens = codec.decode_request(fields["request"]), int(fields["max_tokens"])
+    prompt = request.prompt_ids if request.prompt_ids is not None else session.prompt_ids
+    if prompt is not None and deltas and all(d.token_ids for d in deltas):
+        ids = tuple(i for d in deltas for i in d.token_ids)
+        exact = from_ids(request, prompt, ids, max_tokens - len(ids))
+        if exact is not None:
+            return exact, len(ids)
+    return continuation(request, "".join(d.text for d in deltas), max_tokens - tokens), tokens

@@ -5,7 +5,9 @@ stream whose replica died is taken over by the replica its client resumes on.
 
 Keys, under `--state-prefix` (default `tokenpipe`), per stream token:
 - `P:TOKEN:log`, a Redis Stream: one entry per batch of session events as the producing
-  session sealed them (server/state/codec.py) and its completion tokens so far;
+  session sealed them (server/state/codec.py: deltas with their token ids, where the
+  engine gives them) and its completion tokens so far; the first entry once the prompt's
+  token ids are known holds them too;
 - `P:TOKEN:meta`, a hash: the stream id its reader calls it by, the model, the SSE
   rendering (chunk id, created) so every replica renders a resume alike, and the request
   with its resolved max_tokens, for a take-over;
@@ -22,11 +24,13 @@ outlives its stream by more than that.
 Elsewhere a stream is replayed into a local session (GenerationSession.replay), whose
 cursors every door reads as it reads a local one: the doors do not know which it is.
 
-A take-over runs the request again with the logged text as the answer begun (an
-assistant prefill; a raw prompt with the text appended), the same seed and what is left
-of max_tokens, and appends to the same log from the next seq. Greedy and seeded answers
-that depend on the request alone (docs/determinism.md) continue as the dead replica would
-have, unless re-tokenizing the text gives other tokens than the model produced. Streams
+A take-over (follower.py) runs the request again from the logged token ids where the log
+has them (a raw prompt of the prompt's ids and the answer's: nothing tokenized again,
+the count exact), else with the logged text as the answer begun (an assistant prefill; a
+raw prompt with the text appended); the same seed and what is left of max_tokens; and
+appends to the same log from the next seq. Greedy and seeded answers that depend on the
+request alone (docs/determinism.md) continue as the dead replica would have (from text:
+unless re-tokenizing it gives other tokens than the model produced). Streams
 with reasoning, tool calls, logprobs or an output format are not continued (they end with
 `replica_lost`), nor are background Responses (their replica stores them: ended by a
 shutdown, stored as failed; a follower on another replica reads that end)."""
@@ -73,10 +77,12 @@ LOOKUP_TIMEOUT_S = 5.0
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{16,64}")  # what secrets.token_urlsafe makes
 Start = Callable[[GenerationRequest, str], Awaitable[GenerationSession]]
 
-# KEYS: lease, log, meta; ARGV: replica, events, tokens, ttl ms. 1: appended, 0: not ours
+# KEYS: lease, log, meta; ARGV: replica, events, tokens, ttl ms, the prompt's token ids
+# ('' where logged already or unknown). 1: appended, 0: not ours
 _APPEND = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('XADD', KEYS[2], '*', 'e', ARGV[2], 'n', ARGV[3])
+if ARGV[5] == '' then redis.call('XADD', KEYS[2], '*', 'e', ARGV[2], 'n', ARGV[3])
+else redis.call('XADD', KEYS[2], '*', 'e', ARGV[2], 'n', ARGV[3], 'p', ARGV[5]) end
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
 redis.call('PEXPIRE', KEYS[3], ARGV[4])
 return 1
@@ -150,6 +156,7 @@ class RedisResumeStore(LocalResumeStore):
         cursor = session.cursor(after, progress=not taken, gated=False)
         keys = [self._key(token, "lease"), self._key(token, "log"), self._key(token, "meta")]
         lease: asyncio.Task[None] | None = None
+        prompted = taken  # the prompt's token ids are in the log (an entry's `p`)
         try:
             while not cursor.finished:
                 events = [e for e in await cursor.next(merge=False) if not isinstance(
@@ -163,8 +170,11 @@ class RedisResumeStore(LocalResumeStore):
                         return
                     continue
                 batch = "[" + ",".join(map(codec.encode, events)) + "]"
+                prompt = ""
+                if not prompted and session.prompt_ids is not None:
+                    prompt, prompted = json.dumps(session.prompt_ids), True
                 args: list[str | int] = [self.replica, batch, session.completion_tokens,
-                                         self._ttl_ms(live=not cursor.finished)]
+                                         self._ttl_ms(live=not cursor.finished), prompt]
                 if lease is None and not taken:  # lease, meta and first batch: one trip
                     done = await self._open_log(held, keys, args)
                 else:
@@ -220,12 +230,12 @@ class RedisResumeStore(LocalResumeStore):
                         ) -> int | None:
         """The producer's first write, in one transaction: its lease, the meta and the
         first batch (as _APPEND would write it); 1 when written, None where Redis failed."""
-        replica, batch, tokens, ttl_ms = args
+        replica, batch, tokens, ttl_ms, prompt = args
         assert isinstance(ttl_ms, int)
         pipe = self.redis.pipeline(transaction=True)
         pipe.set(keys[0], replica, px=int(self.lease_s * 1000))
         pipe.hset(keys[2], mapping=_meta(held))
-        pipe.xadd(keys[1], {"e": batch, "n": tokens})
+        pipe.xadd(keys[1], {"e": batch, "n": tokens, **({"p": prompt} if prompt else {})})
         pipe.pexpire(keys[1], ttl_ms)
         pipe.pexpire(keys[2], ttl_ms)
         token = held.session.stream_token
@@ -411,7 +421,8 @@ def _meta(held: Held) -> dict[Any, str]:
     shape = getattr(sse, "shape", None)
     if shape is not None:
         out["sse"] = json.dumps({"kind": type(shape).__name__, "head": shape.head,
-                                 "usage": bool(getattr(sse, "include_usage", False))})
+                                 "usage": bool(getattr(sse, "include_usage", False)),
+                                 "ids": shape.ids})
     return out
 
 
@@ -426,7 +437,7 @@ def _origin(fields: dict[str, str]) -> object:
         return SseOrigin(ChatRender(fields["model"], scored=scored))
     data = json.loads(fields["sse"])
     cls = CompletionRender if data["kind"] == "CompletionRender" else ChatRender
-    shape = cls(fields["model"], scored=scored)
+    shape = cls(fields["model"], scored=scored, ids=data.get("ids", False))
     shape.head = data["head"]
     return SseOrigin(shape, data["usage"])
 
