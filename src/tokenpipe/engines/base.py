@@ -89,7 +89,9 @@ class Engine(abc.ABC):
 
     @abc.abstractmethod
     def stream(self, prepared: PreparedRequest) -> AsyncIterator[EngineEvent]:
-        """EngineStart, EngineText..., then one EngineFinish."""
+        """EngineStart, EngineText..., then one EngineFinish. An engine that learns the
+        prompt's token ids from elsewhere (the openai engine: its upstream's first chunk)
+        says them in a second EngineStart, before its first text."""
 
     async def aclose(self) -> None:  # noqa: B027 - optional: most engines free nothing
         """Frees the model. Running streams end."""

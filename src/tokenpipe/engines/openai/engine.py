@@ -9,14 +9,13 @@ fewest requests in flight. Until its first token it may move: a refused connecti
 a 429 or no token within the first-token timeout tries the next healthy replica. After the
 first token, a replica that drops the stream, sends an error event or goes silent (the idle
 timeout) breaks the answer there: where going on gives the same answer (plain content: no
-tools, output format, calls or thinking section; engines/prefill.py `continuation`), the
-request goes to the next healthy replica as a continuation, the text so far as the last
-assistant message (appended to a raw prompt), the same seed and sampling, max_tokens less
-the tokens already produced (counted as the chunks that brought text: one where an
-upstream sent several tokens in one chunk, so its max_tokens is then that much too large);
-the stream goes on, usage adds up. Each replica serves one answer at most once, so an
-answer moves at most once per other replica. Otherwise the answer ends with engine_error
-after the text already sent, never a hang.
+tools, output format, calls or thinking section; engines/prefill.py), the request goes to
+the next healthy replica as a continuation: from the token ids where the upstream sent
+them (vLLM's `return_token_ids`, asked of every upstream that does not refuse it: a raw
+prompt of the prompt's ids and the answer's, max_tokens less exactly those), else the
+text so far as the last assistant message (appended to a raw prompt), max_tokens less the
+chunks that brought text; the same seed and sampling. The stream goes on, usage adds up.
+An answer moves at most once per other replica; else it ends with engine_error.
 
 Closing the stream closes the upstream HTTP response, which is how the upstream learns to
 stop (vLLM, llama-server and tokenpipe all abort a generation whose client went away).
@@ -262,7 +261,9 @@ class OpenAIEngine(Engine):
                 else:
                     errors.append(failed.error)
                 log.info("%s; going on with the answer elsewhere after %d tokens (%d "
-                         "characters)", failed.error.message, done, sum(map(len, said)))
+                         "characters), from its %s", failed.error.message, done,
+                         sum(map(len, said)), "text" if "messages" in body or isinstance(
+                             body.get("prompt"), str) else "token ids")
             finally:
                 replica.in_flight -= 1
         if broke is not None:
@@ -317,9 +318,8 @@ class OpenAIEngine(Engine):
                         said = await conn.read()
                         if b"return_token_ids" not in said:
                             raise refusal(replica, conn.status, said, conn.headers)
-                        log.info("upstream %s refuses return_token_ids: its answers move "
-                                 "as text", replica.base)
-                        replica.refuses_token_ids = True  # asked again without it
+                        log.info("upstream %s refuses return_token_ids", replica.base)
+                        replica.refuses_token_ids = True  # asked again without: moves as text
                         conn.release()
                         conn = await origin.request("POST", path, encoded(body, replica),
                                                     self._post_headers)
