@@ -95,6 +95,8 @@ class ChatRender:
     `prompt_token_ids` of the first chunk that has them). `index` names the choice
     (several with `n`)."""
 
+    opening_has_prompt = True  # its opening chunk can carry the prompt's token ids
+
     def __init__(self, model: str, *, scored: bool = False, ids: bool = False) -> None:
         self.head: dict[str, Any] = {"id": "chatcmpl-" + secrets.token_hex(12),
                                      "created": now(), "model": model}
@@ -189,6 +191,8 @@ def tool_calls(deltas: list[Delta]) -> list[ToolCallOut]:
 
 class CompletionRender:
     """text_completion objects of one answer (streamed chunks have the same shape)."""
+
+    opening_has_prompt = False  # no opening chunk: the prompt's ids go with the first text
 
     def __init__(self, model: str, *, scored: bool = False, ids: bool = False) -> None:
         self.head: dict[str, Any] = {"id": "cmpl-" + secrets.token_hex(12),

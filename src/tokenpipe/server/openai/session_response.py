@@ -61,7 +61,8 @@ class SessionResponse(DoorResponse):
         return Response(body.model_dump_json(), media_type="application/json")
 
     def _opening(self, event: Event) -> bytes:
-        return self.shape.opening(prompt=self._prompt())
+        shape = self.shape
+        return shape.opening(prompt=self._prompt() if shape.opening_has_prompt else None)
 
     def _prompt(self) -> tuple[int, ...] | None:
         """The prompt's ids, the first time they are known and asked for."""

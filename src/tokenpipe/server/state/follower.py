@@ -190,7 +190,8 @@ async def continue_here(store: RedisResumeStore, held: Held, fields: dict[str, s
         await store._safely(lambda: store._release(token), "releasing a lease")
         session.end_with(Failed(error, session.usage()))
         return
-    log.info("stream %s… taken over from a stopped replica at seq %d", token[:6], base)
+    log.info("stream %s… taken over from a stopped replica at seq %d, from its %s", token[:6],
+             base, "text" if request.prompt_ids is None else "token ids")
     store.takeovers.inc()
     store._replayed.discard(token)
     session.bind_cancel(run.cancel)
