@@ -198,13 +198,15 @@ def main() -> int:
         ups = [tokenpipe(free_port(), tmp, "--engine", "fake", "--parallel", "256",
                          "--max-queue", "1024") for _ in range(args.upstreams)]
         procs += ups
+        for u in ups:  # a replica whose upstreams are all down at its start never loads
+            u.wait()
         upstream = ",".join(f"http://127.0.0.1:{u.port}" for u in ups)
         replicas = [tokenpipe(free_port(), tmp, "--engine", "openai", "--upstream", upstream,
                               "--parallel", "256", "--max-queue", "1024", "--state",
                               f"redis://127.0.0.1:{redis_port}/0", "--shutdown-grace-s", "0.5",
                               "--state-lease-s", str(args.lease_s))
                     for _ in range(args.replicas)]
-        for p in ups + replicas:
+        for p in replicas:
             p.wait()
         front = nginx(free_port(), [r.port for r in replicas], tmp)
         front.wait()
