@@ -155,7 +155,8 @@ async def scenario(name: str, args: argparse.Namespace, replicas: list[Proc],
             common = next((i for i, (a, b) in enumerate(zip(r[0], reference, strict=False))
                            if a != b), min(len(r[0]), len(reference)))
             print(f"  unequal: {len(r[0])} chars against {len(reference)}, the same for the "
-                  f"first {common}")
+                  f"first {common}; resumed {r[1]} times: {r[0][common - 20:common + 20]!r} "
+                  f"against {reference[common - 20:common + 20]!r}")
 
     def spread(worst: list[float]) -> str:
         if not worst:
