@@ -196,11 +196,19 @@ class FakeEngine(Engine):
 def _read_ids(ids: tuple[int, ...]) -> tuple[str, str | None]:
     """A prompt given as ids: (the text its directives are read from, the answer begun).
     A rendered chat's ids are its last user turn and what follows its assistant tag."""
-    text = b"".join(fake_token_bytes(i) for i in ids).decode("utf-8", "replace")
+    text = b"".join(_bytes_or_none(i) for i in ids).decode("utf-8", "replace")
     turns, tag, begun = text.rpartition("<|assistant|>")
     if not tag:
         return text, None
     return turns.rpartition("<|user|>")[2].partition("<|end|>")[0], begun or None
+
+
+def _bytes_or_none(token_id: int) -> bytes:
+    """A fake token's bytes; nothing for an id no fake token has (a client's own ids)."""
+    try:
+        return fake_token_bytes(token_id)
+    except OverflowError:
+        return b""
 
 
 def _resume_point(script: list[int], begun: bytes) -> tuple[int, bytes]:
