@@ -137,6 +137,7 @@ async def scenario(name: str, args: argparse.Namespace, replicas: list[Proc],
     killed = time.monotonic()
     if name == "kill":
         await asyncio.to_thread(replicas[0].stop, signal.SIGKILL)
+        killed = time.monotonic()  # it is gone: a delta after this came from another
         replicas[0] = tokenpipe(replicas[0].port, tmp, *replicas[0].cmd[6:])
         await asyncio.to_thread(replicas[0].wait)
     else:
