@@ -328,11 +328,7 @@ class Scheduler:
             return [*pieces, stop.flush() if aligner is None else aligner.flush()]
 
         plain = reason is None and split is None and aligner is None and repeats is None
-        # token ids go with the text where asked, and on resumable streams: a take-over
-        # goes on from them (server/state/)
-        keep_ids = request.token_ids or session.resumable
-        if keep_ids and prepared.prompt_ids:
-            session.prompt_ids = tuple(prepared.prompt_ids)
+        keep_ids = request.token_ids or session.resumable  # a take-over goes on from them
         # No prompt_ids: the engine counts the prompt elsewhere (openai: the upstream)
         session.mark_started(prepared.prompt_tokens or None)
         stream = self.engine.stream(prepared)
@@ -382,11 +378,10 @@ class Scheduler:
                             finish = FinishReason.TOOL_CALLS
                     session.finish(finish)
                     return
-                elif isinstance(event, EngineStart):
-                    if event.prompt_tokens is not None:
-                        session.prompt_tokens = event.prompt_tokens
-                    if keep_ids and event.prompt_ids is not None:
-                        session.prompt_ids = event.prompt_ids
+                elif isinstance(event, EngineStart):  # (the openai engine's second: ids)
+                    session.prompt_tokens = event.prompt_tokens or session.prompt_tokens
+                    if keep_ids:
+                        session.prompt_ids = event.prompt_ids or tuple(prepared.prompt_ids) or None
                 elif isinstance(event, EngineProgress):
                     session.set_progress(event.done, event.total)
                 if repeats is not None and repeats.repeated:  # the model began a call again
