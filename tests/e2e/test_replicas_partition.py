@@ -235,7 +235,7 @@ async def test_a_killed_producer_is_taken_over_at_once_where_its_address_refuses
         text = "".join(d["text"] for d in gen.deltas + resumed.deltas)
         log = b.log_path.read_text(errors="replace")
     print(f"producer killed, its address {'refusing' if refused else 'silent'}: the "
-          f"follower's next delta {gap:.2f} s after the kill")
+          f"follower's longest wait for a delta after the kill {gap:.2f} s")
     assert resumed.end is not None and text == want
     assert "taken over from a stopped replica" in log
     assert ("refuses connections; taken over without waiting" in log) == refused
