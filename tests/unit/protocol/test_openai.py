@@ -13,9 +13,10 @@ from pydantic import ValidationError
 
 from tokenpipe.engines.fake import FakeEngine
 from tokenpipe.errors import ContextOverflow, Overloaded
+from tokenpipe.protocol.openai.completions import CompletionRequest
 from tokenpipe.protocol.openai.errors import error_body, param_name, validation_error
 from tokenpipe.protocol.openai.render import ChatRender, CompletionRender
-from tokenpipe.protocol.openai.requests import ChatCompletionRequest, CompletionRequest
+from tokenpipe.protocol.openai.requests import ChatCompletionRequest
 from tokenpipe.protocol.openai.responses import ChatCompletionChunk, ChunkChoice, ChunkDelta
 from tokenpipe.protocol.sse import comment as sse_comment
 from tokenpipe.protocol.sse import data as sse_data

@@ -20,10 +20,11 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 
 from ...errors import BadRequest, TokenpipeError, UnknownModel
+from ...protocol.openai.completions import CompletionRequest
 from ...protocol.openai.embeddings import EmbeddingList, EmbeddingRequest, embedding_list
 from ...protocol.openai.errors import validation_error
 from ...protocol.openai.render import ChatRender, CompletionRender
-from ...protocol.openai.requests import ChatCompletionRequest, CompletionRequest
+from ...protocol.openai.requests import ChatCompletionRequest
 from ...protocol.openai.responses import (
     ChatCompletion,
     ChatCompletionChunk,

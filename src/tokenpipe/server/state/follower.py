@@ -9,7 +9,18 @@ process listening there any more (SIGKILL, a crash), and the stream is taken at 
 instead of a lease period later. Where nothing answers at all (a host down, a network
 cut), or something else listens on that address now (a replica started again there), the
 lease's expiry decides, as without an address. The take is one Lua check-and-set: of
-the replicas following one stream, one takes it."""
+the replicas following one stream, one takes it.
+
+A take-over runs the request again from the logged token ids where the log has them (a
+raw prompt of the prompt's ids and the answer's: nothing tokenized again, the count
+exact), else with the logged text as the answer begun (an assistant prefill; a raw
+prompt with the text appended); the same seed and what is left of max_tokens; and appends
+to the same log from the next seq. Greedy and seeded answers that depend on the request
+alone (docs/determinism.md) continue as the dead replica would have (from text: unless
+re-tokenizing it gives other tokens than the model produced). Streams with reasoning,
+tool calls, logprobs or an output format are not continued (they end with
+`replica_lost`), nor are background Responses (their replica stores them: ended by a
+shutdown, stored as failed; a follower on another replica reads that end)."""
 
 from __future__ import annotations
 
@@ -172,7 +183,7 @@ class Follower:
 async def continue_here(store: RedisResumeStore, held: Held, fields: dict[str, str],
                         tokens: int) -> None:
     """This replica holds the lease of a stream whose producer stopped: runs it again from
-    where the log ends, as its producer now (redis_store.py's module docstring)."""
+    where the log ends, as its producer now (the module docstring)."""
     session, token = held.session, held.session.stream_token
     assert token is not None
     request, tokens = _continuation(session, fields, tokens)
@@ -217,7 +228,7 @@ def _continuation(session: GenerationSession, fields: dict[str, str], tokens: in
     """The request that goes on from the log, and the answer's tokens it counts as done:
     from the token ids where every delta has them and the prompt's are logged (exact),
     else from the text (`tokens`: the producer's count); None where a continuation would
-    not be the same answer (redis_store.py's module docstring; engines/prefill.py)."""
+    not be the same answer (the module docstring; engines/prefill.py)."""
     if "request" not in fields or fields["api"] == "responses":  # stored by its replica
         return None, tokens
     cursor = session.cursor(-1)

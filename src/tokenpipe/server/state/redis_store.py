@@ -8,9 +8,8 @@ Keys, under `--state-prefix` (default `tokenpipe`), per stream token:
   session sealed them (server/state/codec.py: deltas with their token ids, where the
   engine gives them) and its completion tokens so far; the first entry once the prompt's
   token ids are known holds them too;
-- `P:TOKEN:meta`, a hash: the stream id its reader calls it by, the model, the SSE
-  rendering (chunk id, created) so every replica renders a resume alike, and the request
-  with its resolved max_tokens, for a take-over;
+- `P:TOKEN:meta`, a hash (meta.py): what a replica renders a resume with, and the
+  request a take-over runs again;
 - `P:TOKEN:lease`, the producing replica's id and address (`ID@HOST:PORT`), with a short
   expiry it renews: only the holder appends to the log (a Lua check-and-append), and a
   follower that finds it lapsed before the final event, or its holder's address refusing
@@ -22,18 +21,8 @@ All of them expire: the log and meta a grace period after the last event, so no 
 outlives its stream by more than that.
 
 Elsewhere a stream is replayed into a local session (GenerationSession.replay), whose
-cursors every door reads as it reads a local one: the doors do not know which it is.
-
-A take-over (follower.py) runs the request again from the logged token ids where the log
-has them (a raw prompt of the prompt's ids and the answer's: nothing tokenized again,
-the count exact), else with the logged text as the answer begun (an assistant prefill; a
-raw prompt with the text appended); the same seed and what is left of max_tokens; and
-appends to the same log from the next seq. Greedy and seeded answers that depend on the
-request alone (docs/determinism.md) continue as the dead replica would have (from text:
-unless re-tokenizing it gives other tokens than the model produced). Streams
-with reasoning, tool calls, logprobs or an output format are not continued (they end with
-`replica_lost`), nor are background Responses (their replica stores them: ended by a
-shutdown, stored as failed; a follower on another replica reads that end)."""
+cursors every door reads as it reads a local one: the doors do not know which it is; and
+it is taken over there when its producer stopped (follower.py)."""
 
 from __future__ import annotations
 
@@ -66,14 +55,12 @@ from ...types import GenerationRequest
 from ..resumable import Held, LocalResumeStore
 from . import codec
 from .follower import Follower
+from .meta import meta_of, origin_of
 
 log = logging.getLogger("tokenpipe.state")
 RETRY_S = 1.0  # Redis away: how often the probe tries it again
 CALL_TIMEOUT_S = 1.5  # a Redis call not answered by then counts as Redis away
-# ... except a look-up for a client that resumes, which holds no stream back: a replica
-# whose event loop lags under load (or a Redis busy for a moment) answers it late rather
-# than counting Redis lost and the stream not found
-LOOKUP_TIMEOUT_S = 5.0
+LOOKUP_TIMEOUT_S = 5.0  # ... except a resuming client's look-up: it holds no stream back
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{16,64}")  # what secrets.token_urlsafe makes
 Start = Callable[[GenerationRequest, str], Awaitable[GenerationSession]]
 
@@ -234,7 +221,7 @@ class RedisResumeStore(LocalResumeStore):
         assert isinstance(ttl_ms, int)
         pipe = self.redis.pipeline(transaction=True)
         pipe.set(keys[0], replica, px=int(self.lease_s * 1000))
-        pipe.hset(keys[2], mapping=_meta(held))
+        pipe.hset(keys[2], mapping=meta_of(held))
         pipe.xadd(keys[1], {"e": batch, "n": tokens, **({"p": prompt} if prompt else {})})
         pipe.pexpire(keys[1], ttl_ms)
         pipe.pexpire(keys[2], ttl_ms)
@@ -297,7 +284,7 @@ class RedisResumeStore(LocalResumeStore):
         fields = {k.decode(): v.decode() for k, v in meta.items()}
         session = GenerationSession(None, fields["model"], resumable=True, api=fields["api"])
         session.stream_token = token
-        held = Held(session, fields["stream_id"], sse=_origin(fields))
+        held = Held(session, fields["stream_id"], sse=origin_of(fields))
         follower = Follower(self, held, fields)
         await follower.catch_up(after)
         if token in self._held:  # found by another resume meanwhile
@@ -343,15 +330,13 @@ class RedisResumeStore(LocalResumeStore):
         """A Redis call whose failure costs the shared state, never a stream: None when it
         failed, took over `timeout_s` (a Redis that hangs holds streams back no longer:
         their deltas wait for the log), or when Redis is known to be away (nothing but the
-        probe and `lookup`s call it then: a client's resume asks Redis anyway, up to
-        LOOKUP_TIMEOUT_S, as a slow moment under load is not an outage). The first failure
-        is logged, /health says degraded (`failure`) until the probe reaches Redis again."""
-        if lookup:
-            timeout_s = LOOKUP_TIMEOUT_S
-        elif self.failure is not None:
+        probe and `lookup`s call it then: a resume asks anyway, a slow moment under load
+        is no outage). The first failure is logged, /health says degraded (`failure`)
+        until the probe reaches Redis again."""
+        if self.failure is not None and not lookup:
             return None
         try:
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout(LOOKUP_TIMEOUT_S if lookup else timeout_s):
                 return await call()
         except (RedisError, OSError, TimeoutError) as exc:
             if self.failure is None:  # calls in flight at once fail together: once
@@ -406,40 +391,6 @@ class _Count:
 
     def inc(self) -> None:
         self.value += 1
-
-
-def _meta(held: Held) -> dict[Any, str]:
-    session = held.session
-    out: dict[Any, str] = {"stream_id": held.stream_id, "model": session.model,
-                           "api": session.api}
-    if not session.loading:
-        prepared = session.prepared
-        out["scored"] = "1" if prepared.request.params.logprobs is not None else ""
-        out["request"] = codec.encode_request(prepared.request)
-        out["max_tokens"] = str(prepared.max_tokens)
-    sse = held.sse
-    shape = getattr(sse, "shape", None)
-    if shape is not None:
-        out["sse"] = json.dumps({"kind": type(shape).__name__, "head": shape.head,
-                                 "usage": bool(getattr(sse, "include_usage", False)),
-                                 "ids": shape.ids})
-    return out
-
-
-def _origin(fields: dict[str, str]) -> object:
-    """The SSE rendering the producer chose (the same chunk id and created on every
-    replica)."""
-    from ...protocol.openai.render import ChatRender, CompletionRender
-    from ..openai.resumable_sse import SseOrigin
-
-    scored = bool(fields.get("scored"))
-    if "sse" not in fields:  # a v1 stream: rendered as chat chunks from this resume on
-        return SseOrigin(ChatRender(fields["model"], scored=scored))
-    data = json.loads(fields["sse"])
-    cls = CompletionRender if data["kind"] == "CompletionRender" else ChatRender
-    shape = cls(fields["model"], scored=scored, ids=data.get("ids", False))
-    shape.head = data["head"]
-    return SseOrigin(shape, data["usage"])
 
 
 def _safe(url: str) -> str:
