@@ -98,17 +98,28 @@ def nginx(port: int, replicas: list[int], tmp: Path) -> Proc:
 
 
 async def stream(url: str, messages: list[dict[str, str]], tokens: int,
-                 waits: list[tuple[float, int]]) -> tuple[str, int]:
+                 waits: list[tuple[float, int]], seen: list[list[float]]) -> tuple[str, int]:
     async with Client(url, resume_s=60) as client:
         gen = await client.generate(messages, resumable=True,
                                     params={"max_tokens": tokens, "temperature": 0})
         last = time.monotonic()
         worst = 0.0
+        times: list[float] = []
         async for _ in gen:
             now = time.monotonic()
             worst, last = max(worst, now - last), now
+            times.append(now)
         waits.append((worst, gen.resumes))
+        if gen.resumes:
+            seen.append(times)
         return gen.text, gen.resumes
+
+
+def across(times: list[float], killed: float) -> float | None:
+    """The client's gap across the kill: its last delta before it to its next one."""
+    before = [t for t in times if t <= killed]
+    after = [t for t in times if t > killed]
+    return after[0] - before[-1] if before and after else None
 
 
 async def scenario(name: str, args: argparse.Namespace, replicas: list[Proc],
@@ -118,12 +129,15 @@ async def scenario(name: str, args: argparse.Namespace, replicas: list[Proc],
         reference = await (await client.generate(
             messages, params={"max_tokens": args.tokens, "temperature": 0})).collect()
     waits: list[tuple[float, int]] = []
+    seen: list[list[float]] = []  # each resumed stream's delta times
     started = time.monotonic()
-    runs = [asyncio.create_task(stream(front, messages, args.tokens, waits))
+    runs = [asyncio.create_task(stream(front, messages, args.tokens, waits, seen))
             for _ in range(args.streams)]
     await asyncio.sleep(args.tokens * args.pace_ms / 1000 / 3)  # a third in
+    killed = time.monotonic()
     if name == "kill":
         await asyncio.to_thread(replicas[0].stop, signal.SIGKILL)
+        killed = time.monotonic()  # it is gone: a delta after this came from another
         replicas[0] = tokenpipe(replicas[0].port, tmp, *replicas[0].cmd[6:])
         await asyncio.to_thread(replicas[0].wait)
     else:
@@ -142,7 +156,8 @@ async def scenario(name: str, args: argparse.Namespace, replicas: list[Proc],
             common = next((i for i, (a, b) in enumerate(zip(r[0], reference, strict=False))
                            if a != b), min(len(r[0]), len(reference)))
             print(f"  unequal: {len(r[0])} chars against {len(reference)}, the same for the "
-                  f"first {common}")
+                  f"first {common}; resumed {r[1]} times: {r[0][common - 20:common + 20]!r} "
+                  f"against {reference[common - 20:common + 20]!r}")
 
     def spread(worst: list[float]) -> str:
         if not worst:
@@ -151,11 +166,16 @@ async def scenario(name: str, args: argparse.Namespace, replicas: list[Proc],
         p99 = worst[min(len(worst) - 1, int(len(worst) * 0.99))]
         return f"p50 {statistics.median(worst):.2f} s, p99 {p99:.2f} s, max {worst[-1]:.2f} s"
 
-    print(f"{name}: {equal}/{args.streams} streams equal to the uninterrupted answer "
+    print(f"{name}: {equal}/{args.streams} streams ({equal / args.streams:.0%}) equal to the "
+          f"uninterrupted answer "
           f"({len(failed)} failed: {why}); {len(resumed)} resumed by their client; each "
           f"stream's longest wait for a delta: resumed {spread([w for w, r in waits if r])}"
           f"; the others {spread([w for w, r in waits if not r])}; all done in "
           f"{elapsed:.1f} s")
+    if name == "kill":
+        gaps = [g for g in (across(t, killed) for t in seen) if g is not None]
+        print(f"  the killed replica's clients' gap, last delta before the kill to the next: "
+              f"{spread(gaps)} ({len(gaps)} streams)")
 
 
 def main() -> int:
@@ -180,13 +200,15 @@ def main() -> int:
         ups = [tokenpipe(free_port(), tmp, "--engine", "fake", "--parallel", "256",
                          "--max-queue", "1024") for _ in range(args.upstreams)]
         procs += ups
+        for u in ups:  # a replica whose upstreams are all down at its start never loads
+            u.wait()
         upstream = ",".join(f"http://127.0.0.1:{u.port}" for u in ups)
         replicas = [tokenpipe(free_port(), tmp, "--engine", "openai", "--upstream", upstream,
                               "--parallel", "256", "--max-queue", "1024", "--state",
                               f"redis://127.0.0.1:{redis_port}/0", "--shutdown-grace-s", "0.5",
                               "--state-lease-s", str(args.lease_s))
                     for _ in range(args.replicas)]
-        for p in ups + replicas:
+        for p in replicas:
             p.wait()
         front = nginx(free_port(), [r.port for r in replicas], tmp)
         front.wait()

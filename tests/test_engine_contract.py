@@ -58,10 +58,14 @@ COUNTED_UPSTREAM = {"openai"}  # engines without a tokenizer: the upstream count
 async def run(engine: Engine, request: GenerationRequest) -> tuple[str, EngineFinish, int]:
     """The stream's text, its finish and the prompt's tokens, checking the contract's shape:
     start, texts, finish; the prompt counted at start, or (an engine without a tokenizer)
-    only in the finish's usage."""
+    only in the finish's usage (and its ids, where its upstream sends them, in a second
+    start before the text)."""
     prepared = engine.prepare(request, 64)
     events = [e async for e in engine.stream(prepared)]
     assert isinstance(events[0], EngineStart)
+    if isinstance(events[1], EngineStart):  # the prompt's ids, learnt from an upstream
+        assert engine.info.name in COUNTED_UPSTREAM and events[1].prompt_ids
+        del events[1]
     assert isinstance(events[-1], EngineFinish)
     assert all(isinstance(e, EngineText) for e in events[1:-1])
     if engine.info.name in COUNTED_UPSTREAM:

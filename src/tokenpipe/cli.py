@@ -64,6 +64,10 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--state-lease-s", type=float, metavar="S",
                    help="how long a stream's replica holds it without renewing (3): a replica "
                         "that died is taken over after about this")
+    p.add_argument("--state-address", metavar="HOST:PORT",
+                   help="where the other replicas reach this one (default: --host and "
+                        "--port; this machine's address for 0.0.0.0): the stream of a "
+                        "replica that refuses connections is taken over at once")
     p.add_argument("--shutdown-grace-s", type=float, help="how long shutdown lets streams end")
     p.add_argument("--responses-db",
                    help="SQLite file of stored /v1/responses (default: "

@@ -94,6 +94,9 @@ class Settings:
     # a stream's producer holds a lease this long (renewed every third of it): how soon a
     # replica that died is noticed, and how long a stall of its event loop may last
     state_lease_s: float = 3.0
+    # HOST:PORT where the other replicas reach this one (a lease names it: a replica that
+    # stopped is taken over at once); None: --host and --port (server/runtime.py)
+    state_address: str | None = None
     shutdown_grace_s: float = 10.0
     sse_ping_interval_s: float = 15.0  # comment pings on idle OpenAI streams
     # stored Responses (/v1/responses): one SQLite file; None: responses_db_path()'s default

@@ -328,6 +328,7 @@ class Scheduler:
             return [*pieces, stop.flush() if aligner is None else aligner.flush()]
 
         plain = reason is None and split is None and aligner is None and repeats is None
+        keep_ids = request.token_ids or session.resumable  # a take-over goes on from them
         # No prompt_ids: the engine counts the prompt elsewhere (openai: the upstream)
         session.mark_started(prepared.prompt_tokens or None)
         stream = self.engine.stream(prepared)
@@ -342,7 +343,8 @@ class Scheduler:
                             itl.observe(now - last)
                         last = now
                     if plain:
-                        session.add_text(stop.feed(event.text), event.tokens)
+                        session.add_text(stop.feed(event.text), event.tokens,
+                                         event.token_ids if keep_ids else ())
                     else:
                         if aligner is not None:
                             aligner.engine_text(event.text, event.logprobs)
@@ -352,7 +354,8 @@ class Scheduler:
                             session.reasoning_tokens += event.tokens
                         if aligner is not None:
                             pieces = attach(pieces, aligner.take(stop.stopped))
-                        session.add_pieces(pieces, event.tokens)
+                        session.add_pieces(pieces, event.tokens,
+                                           event.token_ids if keep_ids else ())
                     if stop.stopped:
                         session.finish(FinishReason.STOP, stop.matched)
                         return
@@ -375,8 +378,10 @@ class Scheduler:
                             finish = FinishReason.TOOL_CALLS
                     session.finish(finish)
                     return
-                elif isinstance(event, EngineStart) and event.prompt_tokens is not None:
-                    session.prompt_tokens = event.prompt_tokens
+                elif isinstance(event, EngineStart):  # (the openai engine's second: ids)
+                    session.prompt_tokens = event.prompt_tokens or session.prompt_tokens
+                    if keep_ids:
+                        session.prompt_ids = event.prompt_ids or tuple(prepared.prompt_ids) or None
                 elif isinstance(event, EngineProgress):
                     session.set_progress(event.done, event.total)
                 if repeats is not None and repeats.repeated:  # the model began a call again

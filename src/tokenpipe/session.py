@@ -6,16 +6,16 @@ from a loop callback). A resumable session may have several readers, each from i
 seq (a resume, a background response's followers); who reads it for whom is the resume
 store's record (server/resumable.py). Text is kept as pending pieces until a reader takes
 them: a reader that keeps up gets one delta per piece the engine produced, a reader whose
-socket is backed up gets the pieces merged into one delta, and `seq` stays contiguous
-either way. A resumable session
-keeps every delta it has sealed so a new reader can replay from any seq; a session nobody
-can resume lets each delta go once read, so it has one reader. The session holds no
-door's state.
+socket is backed up gets the pieces merged into one delta (pieces.py), and `seq` stays
+contiguous either way. A resumable session keeps every delta it has sealed so a new reader
+can replay from any seq; a session nobody can resume lets each delta go once read, so it
+has one reader. The session holds no door's state.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import secrets
 import time
@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Callable
 
 from .engines.base import PreparedRequest
 from .errors import TokenpipeError
+from .pieces import delta_of, merged
 from .types import (
     Delta,
     Event,
@@ -62,6 +63,8 @@ class GenerationSession:
         self.state = State.QUEUED
         self.position = 0
         self.prompt_tokens: int | None = None
+        self.prompt_ids: tuple[int, ...] | None = None  # where kept (scheduler.py `keep_ids`)
+        self._loose: list[int] = []  # ids whose text has not come yet
         self.progress: Progress | None = None  # a long prompt's prefill so far
         self.completion_tokens = 0
         self.cached_tokens = 0
@@ -119,26 +122,40 @@ class GenerationSession:
         self.progress = Progress(done, total)
         self._notify()
 
-    def add_text(self, text: str, tokens: int) -> None:
+    def add_text(self, text: str, tokens: int, ids: tuple[int, ...] = ()) -> None:
+        """`ids` (where kept) go with the next text that comes: a token may end inside a
+        character or in text a stop string holds; ids whose text never comes go nowhere."""
         self.completion_tokens += tokens
+        self._loose.extend(ids)
         if text:
             if self.first_token_at is None:
                 self.first_token_at = time.perf_counter()
-            self._pending.append(text)
+            self._pending.append(self._with_ids(text) if self._loose else text)
             self._notify()
 
-    def add_pieces(self, pieces: list[str | Part], tokens: int) -> None:
-        """Content strings and Parts of other channels (reasoning, tool calls), in order."""
+    def add_pieces(self, pieces: list[str | Part], tokens: int,
+                   ids: tuple[int, ...] = ()) -> None:
+        """Content strings and Parts of other channels (reasoning, tool calls), in order
+        (`ids` as add_text says)."""
         self.completion_tokens += tokens
+        self._loose.extend(ids)
         kept = [p for p in pieces if not isinstance(p, str) or p]
         if not kept:
             return
+        if self._loose:
+            kept[0] = self._with_ids(kept[0])
         if self.first_token_at is None:
             self.first_token_at = time.perf_counter()
         if any(not isinstance(p, str) for p in kept):
             self._parts = True
         self._pending.extend(kept)
         self._notify()
+
+    def _with_ids(self, piece: str | Part) -> Part:  # the ids waiting for text (add_text)
+        ids, self._parts = tuple(self._loose), True
+        self._loose.clear()
+        piece = Part(piece, "content") if isinstance(piece, str) else piece
+        return dataclasses.replace(piece, token_ids=piece.token_ids + ids)
 
     def finish(self, reason: FinishReason, stop_sequence: str | None = None) -> None:
         if self.final is None:
@@ -163,7 +180,7 @@ class GenerationSession:
         else:
             self._parts = True
             self._sealed.append(Part(delta.text, delta.channel, delta.index, delta.call_id,
-                                     delta.name, delta.logprobs))
+                                     delta.name, delta.logprobs, delta.token_ids))
         self._notify()
 
     def log_reached(self, logged: int | None, final: bool = False) -> None:
@@ -233,7 +250,7 @@ class GenerationSession:
         pending = self._pending
         if self._parts:
             if pending:
-                self._sealed.extend(_merged(pending) if merge else pending)
+                self._sealed.extend(merged(pending) if merge else pending)
                 pending.clear()
         elif len(pending) == 1 or (merge and pending):
             self._sealed.append("".join(pending))  # type: ignore[arg-type]  # all str
@@ -244,7 +261,7 @@ class GenerationSession:
         base, sealed = self._base, self._sealed
         first = max(after_seq + 1, base)
         if self._parts:
-            out = [_delta(seq, sealed[seq - base]) for seq in range(first, base + len(sealed))]
+            out = [delta_of(seq, sealed[seq - base]) for seq in range(first, base + len(sealed))]
         else:
             out = [Delta(seq, sealed[seq - base]) for seq in  # type: ignore[arg-type]
                    range(first, base + len(sealed))]
@@ -278,38 +295,6 @@ class GenerationSession:
     def _notify(self) -> None:
         for reader in self._readers:
             reader.news()
-
-
-def _delta(seq: int, piece: str | Part) -> Delta:
-    if isinstance(piece, str):
-        return Delta(seq, piece)
-    return Delta(seq, piece.text, piece.channel, piece.index, piece.call_id, piece.name,
-                 piece.logprobs)
-
-
-def _merged(pieces: list[str | Part]) -> list[str | Part]:
-    """Runs of the same channel (and call) joined: a call's first part takes the argument
-    text after it along; the next call starts a part of its own. Content with logprobs
-    (a content Part) joins plain content text, its logprobs kept in order."""
-    out: list[str | Part] = []
-    for piece in pieces:
-        last = out[-1] if out else None
-        if isinstance(piece, str):
-            if isinstance(last, str):
-                out[-1] = last + piece
-            elif isinstance(last, Part) and last.channel == "content":
-                out[-1] = Part(last.text + piece, "content", logprobs=last.logprobs)
-            else:
-                out.append(piece)
-        elif isinstance(last, str) and piece.channel == "content":
-            out[-1] = Part(last + piece.text, "content", logprobs=piece.logprobs)
-        elif (isinstance(last, Part) and piece.call_id is None and last.channel == piece.channel
-              and last.index == piece.index):
-            out[-1] = Part(last.text + piece.text, last.channel, last.index, last.call_id,
-                           last.name, last.logprobs + piece.logprobs)
-        else:
-            out.append(piece)
-    return out
 
 
 class Cursor:

@@ -110,6 +110,11 @@ class GenerationRequest:
     # the client asked the model to think (each door's field: docs/protocol.md, "Asking a
     # model to think"); a model whose chat template has no thinking section refuses it
     think: bool = False
+    # a raw prompt given as token ids (`prompt` is then ""): what the engine reads as it
+    # is, no template and no BOS added (/v1/completions' prompt of ids; a continuation)
+    prompt_ids: tuple[int, ...] | None = None
+    # the answer's token ids go with its text (OpenAI doors' `return_token_ids`)
+    token_ids: bool = False
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.prompt is None):
@@ -176,6 +181,9 @@ class TokenLogprob:
 @dataclass(frozen=True, slots=True)
 class EngineStart:
     prompt_tokens: int | None  # None: known only from EngineFinish (openai engine)
+    # the prompt's token ids where the engine knows them; the openai engine learns them
+    # from its upstream's first chunk and says so in a second EngineStart then
+    prompt_ids: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +201,8 @@ class EngineText:
     tokens: int = 1
     # the tokens whose text this piece completes (only when the request asked for them)
     logprobs: tuple[TokenLogprob, ...] = ()
+    # the ids of the tokens this piece counts, where the engine knows them
+    token_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +262,7 @@ class Part:
     call_id: str | None = None
     name: str | None = None
     logprobs: tuple[TokenLogprob, ...] = ()  # content: the tokens whose text this carries
+    token_ids: tuple[int, ...] = ()  # the ids of the tokens produced since the last part
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,7 +270,9 @@ class Delta:
     """The answer's next text. Content unless `channel` says otherwise; a `tool_call`
     delta's `index` names the call, and the call's first delta has its `call_id` and
     `name` (its text may be empty). `logprobs`: the tokens whose text this delta carries,
-    only when the request asked for them."""
+    only when the request asked for them. `token_ids`: the ids of the tokens produced
+    since the previous delta, this one's text included, where the session keeps them
+    (the request asked, or a resumable stream: a take-over continues from them)."""
 
     seq: int
     text: str
@@ -268,6 +281,7 @@ class Delta:
     call_id: str | None = None
     name: str | None = None
     logprobs: tuple[TokenLogprob, ...] = ()
+    token_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,6 +87,7 @@ class FaultUpstream:
         self.key = key  # like vllm serve --api-key: /v1 needs it, /health does not
         self.defaults: dict[str, int] = {}
         self.health_status = 200
+        self.refuses_token_ids = False  # as OpenAI's API: a 400 for a field it does not know
         self.bodies: list[dict[str, Any]] = []
         self.open_streams = 0
         self.disconnects = 0
@@ -102,6 +103,7 @@ class FaultUpstream:
     def reset(self) -> None:
         self.defaults = {}
         self.health_status = 200
+        self.refuses_token_ids = False
         self.bodies.clear()
 
     def start(self) -> FaultUpstream:
@@ -152,6 +154,10 @@ class FaultUpstream:
     def _answer(self, body: dict[str, Any], last: str, done: int, *, chat: bool
                 ) -> Response:
         self.bodies.append(body)
+        if self.refuses_token_ids and "return_token_ids" in body:
+            return JSONResponse({"error": {
+                "message": "Unrecognized request argument supplied: return_token_ids",
+                "type": "invalid_request_error", "param": None, "code": None}}, 400)
         d = {**self.defaults, **{m[1]: int(m[2] or 0) for m in _DIRECTIVE.finditer(last)}}
         d["done"] = done
         status = d.get("status", 200)
@@ -345,6 +351,20 @@ async def test_neutral_extras_are_not_sent_and_raw_prompts_use_completions(
     sent = upstream.bodies[-1]
     assert sent["prompt"] == "Once [[tokens=3]]" and sent["model"] == "fault-model"
     assert not {"top_k", "min_p", "repetition_penalty", "seed", "stop"} & set(sent)
+
+
+async def test_an_upstream_that_refuses_return_token_ids_is_asked_without_it(
+    engine: EngineFactory, upstream: FaultUpstream
+) -> None:
+    """OpenAI's own API refuses a field it does not know: the request goes again at once
+    without vLLM's `return_token_ids` (the client sees nothing of it), and that upstream is
+    not asked for ids again (its answers move as text)."""
+    upstream.refuses_token_ids = True
+    eng = await engine(upstream.url)
+    for _ in range(2):
+        events = await run(eng, chat("hi", max_tokens=32))
+        assert text_of(events) == expected_text()
+    assert ["return_token_ids" in b for b in upstream.bodies] == [True, False, False]
 
 
 async def test_usage_counts_tokens_that_arrived_several_to_a_chunk(

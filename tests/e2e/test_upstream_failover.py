@@ -8,11 +8,12 @@ llama.cpp's llama-server on the bundled model, greedy. Each test runs the answer
 interrupted beside the same request on the upstream left alive, uninterrupted: the
 reference. The longest pause a client saw between two deltas after the kill is printed.
 
-The engine counts the tokens already produced as the chunks that brought text. A loaded
-upstream that put two tokens in one chunk before the kill (tokenpipe merges the pieces a
-late reader finds waiting) leaves that count short, so the continuation's max_tokens is
-that much too large: the fake tests then expect exactly the fake's answer of that many
-more tokens, and say so.
+tokenpipe upstreams return the answer's token ids (vLLM's `return_token_ids`), so the
+answer goes on from them: the count is exact and the fake tests expect the uninterrupted
+answer itself. Where an answer goes on from its text (llama-server sends no ids), the
+engine counts the chunks that brought text; an upstream that put two tokens in one chunk
+before the kill leaves that count short, the continuation's max_tokens that much too
+large: the answer of that many more tokens is then expected, and said so.
 """
 
 from __future__ import annotations
@@ -34,13 +35,13 @@ import pytest
 from tests.conftest import ServerProcess, closed_after_test, running
 from tests.e2e.llama_server import LlamaServer
 from tokenpipe.client import Client, ServerError
-from tokenpipe.engines.fake import SCRIPT, fake_token_bytes, fake_tokenize
 
 pytestmark = pytest.mark.e2e
 
 PACED = [{"role": "user", "content": "[[pace_ms=20]]"}]
 MAX_TOKENS = 100  # of the fake's 120: ends by length, past its Japanese and emoji
-MOVED = re.compile(r"going on with the answer elsewhere after (\d+) tokens \((\d+) characters")
+MOVED = re.compile(r"going on with the answer elsewhere after (\d+) tokens \((\d+) characters"
+                   r"\), from its (token ids|text)")
 
 
 @contextlib.contextmanager
@@ -98,36 +99,14 @@ class Pauses:
 # ---- two tokenpipe fake-engine upstreams -----------------------------------------------
 
 
-def expected(front: ServerProcess, reference: str, upstream: ServerProcess) -> tuple[str, str]:
-    """What the client must have read, and a line saying why: the reference, unless the
-    upstream merged tokens into fewer chunks before the kill (the engine's count was short
-    by `over`); then the fake's answer of MAX_TOKENS + over tokens (asked of `upstream`,
-    unpaced: the fake's text does not depend on its pace)."""
+def expected(front: ServerProcess, reference: str) -> tuple[str, str]:
+    """What the client must have read, and a line saying why: the reference itself, the
+    answer having gone on from its token ids (exact, whatever the chunks carried)."""
     moved = MOVED.search(front.log())
     assert moved is not None, front.log()
-    counted, chars = int(moved[1]), int(moved[2])
-    produced = _script_tokens(SCRIPT[:chars].encode())
-    over = produced - counted
-    assert over >= 0, (produced, counted)
-    why = f"moved after {counted} chunks ({chars} characters, {produced} tokens)"
-    if not over:
-        return reference, why + ": equal to the uninterrupted answer"
-    longer = httpx.post(upstream.url + "/v1/chat/completions", timeout=30, json={
-        "messages": [{"role": "user", "content": "again"}],
-        "max_tokens": MAX_TOKENS + over}).json()["choices"][0]["message"]["content"]
-    return longer, (why + f": the upstream had merged {over} token(s) into other chunks, "
-                    f"the answer ran {over} token(s) past the uninterrupted one")
-
-
-def _script_tokens(begun: bytes) -> int:
-    """How many of the fake's script tokens produced `begun` (one it ends inside counts)."""
-    done = count = 0
-    for token in fake_tokenize(SCRIPT.encode()):
-        if done >= len(begun):
-            break
-        done += len(fake_token_bytes(token))
-        count += 1
-    return count
+    assert moved[3] == "token ids", "a tokenpipe upstream sends its token ids"
+    return reference, (f"moved after {moved[1]} tokens ({moved[2]} characters) from its "
+                       "token ids: equal to the uninterrupted answer")
 
 
 async def test_a_killed_upstream_s_answer_goes_on_over_the_websocket(
@@ -150,8 +129,7 @@ async def test_a_killed_upstream_s_answer_goes_on_over_the_websocket(
             pauses.delta()
         await reference
     assert gen.end is not None and whole.end is not None, (gen.error, whole.error)
-    survivor = b if victim is a else a
-    text, why = expected(front, whole.text, survivor)
+    text, why = expected(front, whole.text)
     assert gen.text == text and len(whole.text) > 100
     assert gen.end["finish_reason"] == whole.end["finish_reason"] == "length"
     assert gen.end["usage"]["completion_tokens"] == whole.end["usage"]["completion_tokens"]
@@ -196,7 +174,7 @@ def test_a_killed_upstream_s_answer_goes_on_over_openai_sse(
     pauses.kill(victim)
     rest, reason, usage = read(victim_stream, pauses)
     whole, whole_reason, whole_usage = read(whole_stream)
-    text, why = expected(front, "".join(whole), b if victim is a else a)
+    text, why = expected(front, "".join(whole))
     assert "".join(begun + rest) == text and len("".join(whole)) > 100
     assert reason == whole_reason == "length"
     assert usage.completion_tokens == whole_usage.completion_tokens == MAX_TOKENS

@@ -10,6 +10,7 @@ test's own servers are tokenpipe processes and the router, which start in second
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -83,20 +84,16 @@ def test_the_official_client_streams_from_vllm_through_tokenpipe(
 async def test_a_killed_upstream_s_greedy_answer_goes_on_on_vllm(
         vllm_servers: tuple[VllmServer, VllmServer]) -> None:
     """A front over [A, vLLM #2], where A is a tokenpipe over vLLM #1: A is SIGKILLed
-    mid-answer, and the answer goes on on vLLM #2 as a continuation (the text so far as the
-    last assistant message, `continue_final_message: true, add_generation_prompt: false`).
-    Greedy: the client's text is vLLM's uninterrupted answer; or, where a chunk before the
-    kill carried two tokens (the count is then short), that answer of a few tokens more."""
+    mid-answer, and the answer goes on on vLLM #2 from its token ids (vLLM's
+    `return_token_ids`, passed on by A's door): a raw `/v1/completions` prompt of the
+    prompt's ids and the answer's, so nothing is tokenized again and max_tokens left is
+    exact, however many tokens vLLM put in each chunk. Greedy: the client's text, its
+    finish_reason and completion_tokens are vLLM's uninterrupted answer's."""
     first, second = vllm_servers
     params = {"max_tokens": 120, "temperature": 0}
     reference = openai_client(second)
-
-    def uninterrupted(max_tokens: int) -> str:
-        answer = reference.chat.completions.create(model=MODEL_NAME, messages=STORY,
-                                                   max_tokens=max_tokens, temperature=0)
-        return answer.choices[0].message.content or ""
-
-    whole = uninterrupted(120)
+    whole = reference.chat.completions.create(model=MODEL_NAME, messages=STORY,
+                                              max_tokens=120, temperature=0)
     with running(ServerProcess(("--engine", "openai", "--upstream", first.url))) as a, \
             front_over(a, second) as front:
         pauses = Pauses()
@@ -113,23 +110,51 @@ async def test_a_killed_upstream_s_greedy_answer_goes_on_on_vllm(
         moved = MOVED.search(front.log())
         assert moved is not None, front.log()
     assert gen.end is not None, gen.error
-    assert gen.end["finish_reason"] == "length"
-    equal = gen.text == whole
-    print(f"vLLM: moved after {moved[1]} chunks ({moved[2]} characters) of "
-          f"{gen.end['usage']['completion_tokens']}; equal to the uninterrupted answer: "
-          f"{equal}; the longest pause after the kill {pauses.longest():.3f} s")
-    if not equal:
-        # The front counts what came before the move as chunks, and vLLM's chunks may carry
-        # several tokens each (on a busy machine, 437 characters came in 12 chunks): the
-        # answer then runs long by exactly the tokens those chunks carried beyond one each
-        # (an approximate count, issue 29), and is the uninterrupted answer of that length.
-        before = gen.text[:int(moved[2])]
-        async with httpx.AsyncClient(timeout=30) as http:
-            carried = (await http.post(second.url + "/tokenize", json={
-                "model": MODEL_NAME, "prompt": before, "add_special_tokens": False})
-            ).json()["count"]
-        longer = uninterrupted(params["max_tokens"] + carried - int(moved[1]))
-        assert gen.text == longer, (gen.text, longer)
+    print(f"vLLM: moved after {moved[1]} tokens ({moved[2]} characters) from its "
+          f"{moved[3]}; equal to the uninterrupted answer: "
+          f"{gen.text == whole.choices[0].message.content}; the longest pause after the "
+          f"kill {pauses.longest():.3f} s")
+    assert moved[3] == "token ids"
+    assert gen.text == whole.choices[0].message.content
+    assert gen.end["finish_reason"] == whole.choices[0].finish_reason == "length"
+    assert gen.end["usage"]["completion_tokens"] == whole.usage.completion_tokens == 120
+    assert gen.end["usage"]["prompt_tokens"] == whole.usage.prompt_tokens
+
+
+def test_return_token_ids_on_tokenpipe_as_on_vllm(
+        vllm_servers: tuple[VllmServer, VllmServer]) -> None:
+    """`return_token_ids` through tokenpipe gives vLLM's ids in vLLM's fields (chat: the
+    chunk's prompt_token_ids, each choice's token_ids; completions: the choice's), and a
+    prompt of those ids on tokenpipe's /v1/completions continues as vLLM does."""
+    vllm = vllm_servers[0]
+    with front_over(vllm) as front:
+        def chat(server: Any) -> tuple[list[int], list[int], str]:
+            prompt: list[int] = []
+            ids: list[int] = []
+            texts: list[str] = []
+            with httpx.stream("POST", server.url + "/v1/chat/completions", timeout=120, json={
+                    "model": MODEL_NAME, "messages": STORY, "max_tokens": 24,
+                    "temperature": 0, "stream": True, "return_token_ids": True}) as r:
+                for line in r.iter_lines():
+                    if not line.startswith("data: {"):
+                        continue
+                    chunk = json.loads(line[6:])
+                    prompt = prompt or chunk.get("prompt_token_ids") or []
+                    for choice in chunk["choices"]:
+                        ids += choice.get("token_ids") or []
+                        texts.append(choice["delta"].get("content") or "")
+            return prompt, ids, "".join(texts)
+
+        got, want = chat(front), chat(vllm)
+        assert got[0] == want[0] and len(got[0]) > 10
+        assert got[1][:24] == want[1][:24] and got[2] == want[2]
+        going_on = {"model": MODEL_NAME, "prompt": want[0] + want[1][:10], "max_tokens": 14,
+                    "temperature": 0, "return_token_ids": True}
+        via = httpx.post(front.url + "/v1/completions", json=going_on, timeout=120).json()
+        direct = httpx.post(vllm.url + "/v1/completions", json=going_on, timeout=120).json()
+        assert via["choices"][0]["text"] == direct["choices"][0]["text"]
+        assert via["choices"][0]["token_ids"] == direct["choices"][0]["token_ids"]
+        assert via["choices"][0]["prompt_token_ids"] == going_on["prompt"]
 
 
 def cached_share(usages: list[Any]) -> float:

@@ -14,7 +14,8 @@ from tokenpipe.config_file import ConfigError
 from tokenpipe.engines.fake import FakeEngine
 from tokenpipe.protocol.anthropic.requests import MessagesRequest
 from tokenpipe.protocol.ollama.requests import ChatRequest, GenerateRequest
-from tokenpipe.protocol.openai.requests import ChatCompletionRequest, CompletionRequest
+from tokenpipe.protocol.openai.completions import CompletionRequest
+from tokenpipe.protocol.openai.requests import ChatCompletionRequest
 from tokenpipe.protocol.responses.requests import ResponsesRequest
 from tokenpipe.protocol.ws import parse_client_frame
 from tokenpipe.sampling_defaults import with_defaults

@@ -151,3 +151,22 @@ def test_cancel_goes_through_the_bound_canceller_until_the_end() -> None:
     s.finish(FinishReason.CANCELLED)
     s.cancel()  # ended: nothing more to stop
     assert calls == [1] and s.done.is_set()
+
+
+def test_token_ids_go_with_the_text_they_made() -> None:
+    """Ids of tokens whose text has not come (part of a character, text a stop string
+    holds) go with the next text; a reader that fell behind gets them merged, in order;
+    ids whose text never comes are on no delta."""
+    s = session(resumable=True)
+    s.mark_started(1)
+    s.add_text("a", 1, (10,))
+    s.add_text("", 1, (11,))  # the first half of a character
+    s.add_text("é", 1, (12,))
+    one = [e for e in s.cursor().poll(merge=False) if isinstance(e, Delta)]
+    assert [(d.text, d.token_ids) for d in one] == [("a", (10,)), ("é", (11, 12))]
+    s.add_text("b", 1, (13,))
+    s.add_text("c", 1)  # an engine that gives no ids
+    s.add_text("", 1, (14,))
+    s.finish(FinishReason.STOP)
+    merged = [e for e in s.cursor(1).poll() if isinstance(e, Delta)]
+    assert [(d.text, d.token_ids) for d in merged] == [("bc", (13,))]

@@ -89,7 +89,9 @@ class Engine(abc.ABC):
 
     @abc.abstractmethod
     def stream(self, prepared: PreparedRequest) -> AsyncIterator[EngineEvent]:
-        """EngineStart, EngineText..., then one EngineFinish."""
+        """EngineStart, EngineText..., then one EngineFinish. An engine that learns the
+        prompt's token ids from elsewhere (the openai engine: its upstream's first chunk)
+        says them in a second EngineStart, before its first text."""
 
     async def aclose(self) -> None:  # noqa: B027 - optional: most engines free nothing
         """Frees the model. Running streams end."""
@@ -155,7 +157,10 @@ class Engine(abc.ABC):
 
     def encode(self, request: GenerationRequest, text: str) -> Sequence[int]:
         """The prompt's ids: the rendered chat as it is (the template writes its own special
-        tokens); engines whose tokenizer adds a BOS to raw completions override this."""
+        tokens), or the ids a raw prompt was given as; engines whose tokenizer adds a BOS
+        to raw completions override this."""
+        if request.prompt_ids is not None:
+            return given_ids(request.prompt_ids, None)
         return self.tokenize(text)
 
     def prepare(self, request: GenerationRequest, default_max_tokens: int) -> PreparedRequest:
@@ -187,6 +192,16 @@ class Engine(abc.ABC):
                 f"context of {limit} tokens: at most {limit - len(ids)} fit",
                 param="max_tokens")
         return PreparedRequest(request, text, ids, max_tokens)
+
+
+def given_ids(ids: Sequence[int], vocabulary: int | None) -> list[int]:
+    """A prompt given as token ids, checked against the vocabulary's size where known."""
+    bad = next((i for i in ids if i < 0 or (vocabulary is not None and i >= vocabulary)),
+               None)
+    if bad is not None:
+        raise BadRequest(f"token id {bad} is not in the model's vocabulary"
+                         + (f" of {vocabulary} tokens" if vocabulary else ""), param="prompt")
+    return list(ids)
 
 
 def refuse_thinking(info: EngineInfo, request: GenerationRequest) -> None:

@@ -127,7 +127,9 @@ class FakeEngine(Engine):
         request = prepared.request
         begun = prefill_of(request)  # the answer begun: the directives are the turn's before
         messages = request.messages or ()
-        if request.prompt is not None:
+        if request.prompt_ids is not None:  # read back as text (a continuation from ids)
+            last, begun = _read_ids(request.prompt_ids)
+        elif request.prompt is not None:
             last = request.prompt
         else:
             last = messages[-2 if begun is not None and len(messages) > 1 else -1].content
@@ -173,13 +175,15 @@ class FakeEngine(Engine):
                 if fail_after is not None and produced >= fail_after:
                     raise EngineError(f"fake engine fault after {produced} tokens")
                 produced += 1
-                piece = fake_token_bytes(script[(produced - 1) % len(script)])
+                token = script[(produced - 1) % len(script)]
+                piece = fake_token_bytes(token)
                 text = decoder.feed(piece)
                 if top is None:
-                    yield EngineText(text)
+                    yield EngineText(text, token_ids=(token,))
                     continue
                 scored.append(_scripted(piece, produced - 1, top))
-                yield EngineText(text, logprobs=tuple(scored) if text else ())
+                yield EngineText(text, logprobs=tuple(scored) if text else (),
+                                 token_ids=(token,))
                 if text:
                     scored.clear()
         tail = decoder.flush()
@@ -187,6 +191,24 @@ class FakeEngine(Engine):
             yield EngineText(tail, tokens=0, logprobs=tuple(scored))
         reason = FinishReason.STOP if produced >= n_script else FinishReason.LENGTH
         yield EngineFinish(reason, Usage(prepared.prompt_tokens, produced))
+
+
+def _read_ids(ids: tuple[int, ...]) -> tuple[str, str | None]:
+    """A prompt given as ids: (the text its directives are read from, the answer begun).
+    A rendered chat's ids are its last user turn and what follows its assistant tag."""
+    text = b"".join(_bytes_or_none(i) for i in ids).decode("utf-8", "replace")
+    turns, tag, begun = text.rpartition("<|assistant|>")
+    if not tag:
+        return text, None
+    return turns.rpartition("<|user|>")[2].partition("<|end|>")[0], begun or None
+
+
+def _bytes_or_none(token_id: int) -> bytes:
+    """A fake token's bytes; nothing for an id no fake token has (a client's own ids)."""
+    try:
+        return fake_token_bytes(token_id)
+    except OverflowError:
+        return b""
 
 
 def _resume_point(script: list[int], begun: bytes) -> tuple[int, bytes]:

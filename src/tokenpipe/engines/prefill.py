@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from ..types import GenerationRequest, Message
+from ..types import GenerationRequest, Message, SamplingParams, ToolChoice
 
 
 def prefill_of(request: GenerationRequest) -> str | None:
@@ -44,11 +44,11 @@ def continuation(request: GenerationRequest, text: str, left: int) -> Generation
     tools that may be called (their grammar starts again at the continuation, not where
     the text left it), logprobs (the text's were counted against another prompt), or no
     tokens left. The caller checks that `text` is content only (no reasoning, no calls)."""
-    if request.format is not None or request.params.logprobs is not None or (
-            request.tools and request.tool_choice.mode != "none") or left <= 0:
+    params = _going_on(request, left)
+    if params is None:
         return None
-    params = replace(request.params, max_tokens=left,
-                     given=request.params.given | {"max_tokens"})
+    if request.prompt_ids is not None:  # not continued as text: from_ids() does
+        return None
     if request.prompt is not None:
         return replace(request, prompt=request.prompt + text, params=params)
     messages = list(request.messages or ())
@@ -57,3 +57,25 @@ def continuation(request: GenerationRequest, text: str, left: int) -> Generation
     elif text:
         messages.append(Message("assistant", text))
     return replace(request, messages=tuple(messages), params=params)
+
+
+def from_ids(request: GenerationRequest, prompt: tuple[int, ...], answer: tuple[int, ...],
+             left: int) -> GenerationRequest | None:
+    """`continuation` exactly: the request as a raw prompt of token ids, the prompt's as
+    the model read it (its template applied) and the answer's so far, so nothing is
+    tokenized again and `left` is exact. None where `continuation` would be, and with stop
+    strings (an upstream holds back text that may begin one while its ids are sent: the
+    ids would run ahead of the text)."""
+    params = _going_on(request, left)
+    if params is None or request.params.stop:
+        return None
+    return replace(request, messages=None, prompt="", prompt_ids=prompt + answer,
+                   params=params, tools=(), tool_choice=ToolChoice())
+
+
+def _going_on(request: GenerationRequest, left: int) -> SamplingParams | None:
+    if request.format is not None or request.params.logprobs is not None or (
+            request.tools and request.tool_choice.mode != "none") or left <= 0:
+        return None
+    return replace(request.params, max_tokens=left,
+                   given=request.params.given | {"max_tokens"})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +42,8 @@ class Runtime:
         else:
             from .state import shared_store
 
-            store = shared_store(s.state, s.resume_grace_s, s.state_prefix, s.state_lease_s)
+            store = shared_store(s.state, s.resume_grace_s, s.state_prefix, s.state_lease_s,
+                                 s.state_address or advertised(s.host, s.port))
             store.start = lambda request, api: self.models.start(request, api=api)
             self.metrics.add_state(store)
             self.resumable = store
@@ -87,3 +89,16 @@ class Runtime:
 
     async def close(self) -> None:
         await self.resumable.aclose()
+
+
+def advertised(host: str, port: int) -> str | None:
+    """Where the other replicas reach this one: --host and --port, or for a wildcard
+    host this machine's address by its name; None where unknown (port 0, no address)."""
+    if not port:
+        return None
+    if host in ("", "0.0.0.0", "::"):
+        try:
+            host = socket.gethostbyname(socket.gethostname())
+        except OSError:
+            return None
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

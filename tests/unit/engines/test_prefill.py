@@ -139,3 +139,22 @@ async def test_a_prefill_under_a_format_is_continued_in_the_format(
         assert json.loads(prefill + text)["colour"] in ("red", "green"), text
     finally:
         await engine.aclose()
+
+
+def test_an_answer_goes_on_from_its_token_ids() -> None:
+    """from_ids: a raw prompt of the prompt's ids and the answer's, what is left of
+    max_tokens, no tools; None with stop strings (text held back while its ids are
+    out) and where `continuation` is None."""
+    from tokenpipe.engines.prefill import from_ids
+    from tokenpipe.types import GenerationRequest, Message, SamplingParams
+
+    chat = GenerationRequest(messages=(Message("user", "hi"),),
+                             params=SamplingParams(max_tokens=10, seed=4))
+    going_on = from_ids(chat, (1, 2), (3, 4, 5), 7)
+    assert going_on is not None and going_on.messages is None and going_on.prompt == ""
+    assert going_on.prompt_ids == (1, 2, 3, 4, 5)
+    assert going_on.params.max_tokens == 7 and going_on.params.seed == 4
+    stopped = GenerationRequest(messages=(Message("user", "hi"),),
+                                params=SamplingParams(stop=("END",)))
+    assert from_ids(stopped, (1,), (2,), 5) is None
+    assert from_ids(chat, (1,), (2,), 0) is None

@@ -13,9 +13,10 @@ from pydantic import ValidationError
 
 from tokenpipe.engines.fake import FakeEngine
 from tokenpipe.errors import ContextOverflow, Overloaded
+from tokenpipe.protocol.openai.completions import CompletionRequest
 from tokenpipe.protocol.openai.errors import error_body, param_name, validation_error
 from tokenpipe.protocol.openai.render import ChatRender, CompletionRender
-from tokenpipe.protocol.openai.requests import ChatCompletionRequest, CompletionRequest
+from tokenpipe.protocol.openai.requests import ChatCompletionRequest
 from tokenpipe.protocol.openai.responses import ChatCompletionChunk, ChunkChoice, ChunkDelta
 from tokenpipe.protocol.sse import comment as sse_comment
 from tokenpipe.protocol.sse import data as sse_data
@@ -157,7 +158,8 @@ def test_chat_refusals_name_the_param(body: dict[str, Any], param: str, code: st
 
 @pytest.mark.parametrize(("body", "param", "code"), [
     ({"prompt": ["a", "b"]}, "prompt", "unsupported_value"),
-    ({"prompt": [1, 2, 3]}, "prompt", "unsupported_value"),
+    ({"prompt": [1, -2, 3]}, "prompt", "unsupported_value"),
+    ({"prompt": [[1, 2], [3]]}, "prompt", "unsupported_value"),
     ({"prompt": "x", "echo": True}, "echo", "unsupported_parameter"),
     ({"prompt": "x", "suffix": "tail"}, "suffix", "unsupported_parameter"),
     ({"prompt": "x", "best_of": 3}, "best_of", "unsupported_parameter"),
@@ -458,3 +460,15 @@ def test_logprobs_map_to_the_number_of_alternatives() -> None:
     done = CompletionRequest.model_validate({"prompt": "x", "logprobs": 20})
     assert done.to_request().params.logprobs == 20 and done.wants_logprobs
     assert CompletionRequest.model_validate({"prompt": "x"}).to_request().params.logprobs is None
+
+
+def test_a_prompt_of_token_ids_and_return_token_ids() -> None:
+    """vLLM's shapes: a prompt of token ids (alone or as the one prompt of a list) is read
+    as it is; return_token_ids asks for the answer's ids on every door's request."""
+    for prompt in ([5, 6, 7], [[5, 6, 7]]):
+        request = CompletionRequest.model_validate(
+            {"prompt": prompt, "return_token_ids": True}).to_request()
+        assert request.prompt == "" and request.prompt_ids == (5, 6, 7)
+        assert request.token_ids
+    chat = ChatCompletionRequest.model_validate({"messages": USER}).to_request()
+    assert not chat.token_ids and chat.prompt_ids is None

@@ -27,6 +27,7 @@ EVENTS = [
     Queued(3), Queued(0, loading=True), Started("m", 12, "tok"), Started("m", None, None),
     Progress(512, 2048), Delta(0, "héllo 🎉"), Delta(1, "", "tool_call", 1, "call_1", "f"),
     Delta(2, '{"a":', "tool_call", 1), Delta(3, "hmm", "reasoning"),
+    Delta(5, "ids", token_ids=(7, 8)),
     Delta(4, "x", logprobs=(TokenLogprob("x", -0.5, b"x", (("x", -0.5, b"x"),
                                                            ("\ufffd", -2.0, b"\xe3")), 7),)),
     Finished(FinishReason.LENGTH, USAGE, Timing(1.5, 20.25, 300.0, 88.5), None),
@@ -89,6 +90,7 @@ def test_a_request_comes_back_equal() -> None:
 
     requests = [
         GenerationRequest(prompt="Once upon", params=SamplingParams(max_tokens=9, seed=3)),
+        GenerationRequest(prompt="", prompt_ids=(1, 2, 3), token_ids=True),
         GenerationRequest(
             messages=(Message("system", "be brief"), Message("user", "héllo 🎉"),
                       Message("assistant", "", (ToolCall("c1", "f", '{"a":1}'),)),
@@ -114,6 +116,6 @@ def test_the_request_codec_knows_every_field() -> None:
 
     assert {f.name for f in dataclasses.fields(GenerationRequest)} == {
         "messages", "prompt", "params", "model", "format", "tools", "tool_choice",
-        "split_reasoning", "reasoning_budget", "think"}
+        "split_reasoning", "reasoning_budget", "think", "prompt_ids", "token_ids"}
     assert {f.name for f in dataclasses.fields(SamplingParams)} == set(
         json.loads(codec.encode_request(GenerationRequest(prompt="x")))["params"])

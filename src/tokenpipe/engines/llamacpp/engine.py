@@ -35,6 +35,7 @@ from ..base import (
     EngineOptions,
     PreparedRequest,
     bundled_model_path,
+    given_ids,
 )
 from ..prefill import prefill_of
 
@@ -187,6 +188,8 @@ class LlamaCppEngine(DecodeThread, Engine):
         return self._vocab.tokenize(text, add_special=add_special)
 
     def encode(self, request: GenerationRequest, text: str) -> list[int]:
+        if request.prompt_ids is not None:  # as given: no BOS added
+            return given_ids(request.prompt_ids, self._vocab.n_tokens)
         if request.prompt is not None:  # the model's BOS, as llama.cpp adds it
             return self._vocab.tokenize(text, add_special=True)
         return self._vocab.encode_chat(request, text)  # the client's text as text

@@ -38,12 +38,12 @@ def next_token(seq: Seq, vocab: Vocab) -> tuple[list[EngineEvent | BaseException
         seq.logprobs.append(token_logprob(logits, token, top, vocab.piece))
         text = seq.decoder.feed(vocab.piece(token))
         if text:  # a token that ends inside a character waits for the one that ends it
-            items.append(EngineText(text, logprobs=tuple(seq.logprobs)))
+            items.append(EngineText(text, logprobs=tuple(seq.logprobs), token_ids=(token,)))
             seq.logprobs.clear()
         else:
-            items.append(EngineText(text))
+            items.append(EngineText(text, token_ids=(token,)))
     else:
-        items.append(EngineText(seq.decoder.feed(vocab.piece(token))))
+        items.append(EngineText(seq.decoder.feed(vocab.piece(token)), token_ids=(token,)))
     if finish is None:
         if guide is not None and not guide.accept(token):  # this generation alone
             return [guide.failure()], True  # the library's limit: a 400 naming the field

@@ -20,7 +20,15 @@ from ...errors import (
     TokenpipeError,
     UnknownModel,
 )
-from ...types import EngineEvent, EngineFinish, EngineParts, EngineText, FinishReason, Usage
+from ...types import (
+    EngineEvent,
+    EngineFinish,
+    EngineParts,
+    EngineStart,
+    EngineText,
+    FinishReason,
+    Usage,
+)
 from .calls import CallAssembler
 
 if TYPE_CHECKING:  # only a type here: replicas.py imports this module
@@ -52,10 +60,23 @@ class Broke(Exception):
 
 
 @dataclass
+class Ids:
+    """The token ids of one answer over every upstream it ran on, as the upstreams sent
+    them (vLLM's `return_token_ids`; tokenpipe's doors give the same): the prompt's (from
+    the first upstream) and the answer's so far. `whole`: every chunk of text came with
+    its ids, so the answer can go on from them exactly (engines/prefill.py)."""
+
+    prompt: tuple[int, ...] | None = None
+    answer: list[int] = field(default_factory=list)
+    whole: bool = True
+
+
+@dataclass
 class Progress:
     """What one upstream answer has said so far."""
 
-    texts: int = 0  # content chunks passed on, each counted as one token
+    texts: int = 0  # content chunks passed on
+    tokens: int = 0  # the tokens they counted: their ids where sent, else one a chunk
     finish: str | None = None
     usage: dict[str, Any] | None = None
     done: bool = False  # data: [DONE]
@@ -69,6 +90,7 @@ class Progress:
     said: list[str] = field(default_factory=list)
     earlier: int = 0  # tokens of this answer that earlier upstreams produced
     aside: bool = False  # text of another channel came (reasoning_content): not passed on
+    ids: Ids = field(default_factory=Ids)  # the answer's token ids (the engine's, shared)
 
 
 # ---- the upstream's answer, chunk by chunk -----------------------------------------
@@ -98,24 +120,30 @@ def handle_event(data: str, progress: Progress, replica: Replica, *, streamed: b
         error = _classify(400 if _CONTEXT_ERROR.search(f"{message} {code} {kind}") else 500,
                           replica, message, code, kind)
         raise error if isinstance(error, BadRequest) else Retry(error)
+    _prompt_ids(chunk.get("prompt_token_ids"), progress)  # vLLM's chat: the chunk's
     for choice in chunk.get("choices") or ():
         if not isinstance(choice, dict):
             continue
+        _prompt_ids(choice.get("prompt_token_ids"), progress)  # its completions: the choice's
         delta = choice.get("delta")
         text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+        ids = _ids(choice.get("token_ids"))
         if isinstance(text, str) and text:
             progress.texts += 1
             progress.said.append(text)
-            progress.events.append(EngineText(text))
+            _counted(progress, text, ids)
         elif isinstance(delta, dict) and (delta.get("reasoning_content")
                                           or delta.get("reasoning")):
             progress.aside = True
+        elif ids and not (isinstance(delta, dict) and delta.get("tool_calls")):
+            _counted(progress, "", ids)  # part of a character: its text comes next
         if progress.tools and isinstance(delta, dict) and (
                 delta.get("tool_calls") or delta.get("function_call")):
             if progress.calls is None:
                 progress.calls = CallAssembler(replica.base)
             parts = progress.calls.feed(delta.get("tool_calls") or delta["function_call"])
             progress.texts += 1  # a chunk of a call counts as a token, as text does
+            progress.tokens += 1
             if parts:
                 progress.events.append(EngineParts(tuple(parts), tokens=1))
             else:  # held (no name yet): counted now, passed on once the call begins
@@ -124,6 +152,31 @@ def handle_event(data: str, progress: Progress, replica: Replica, *, streamed: b
             progress.finish = str(choice["finish_reason"])
     if isinstance(chunk.get("usage"), dict):
         progress.usage = chunk["usage"]
+
+
+def _ids(value: object) -> tuple[int, ...] | None:
+    if isinstance(value, list) and all(type(i) is int for i in value):
+        return tuple(value)
+    return None
+
+
+def _prompt_ids(value: object, progress: Progress) -> None:
+    """The prompt's ids, from the answer's first upstream (a continuation's prompt holds
+    the text so far too); said to the scheduler once (EngineStart)."""
+    ids = _ids(value)
+    if ids is not None and progress.ids.prompt is None and not progress.earlier:
+        progress.ids.prompt = ids
+        progress.events.append(EngineStart(None, ids))
+
+
+def _counted(progress: Progress, text: str, ids: tuple[int, ...] | None) -> None:
+    tokens = 1 if ids is None else len(ids)
+    progress.tokens += tokens
+    if ids is None:
+        progress.ids.whole = False
+    else:
+        progress.ids.answer.extend(ids)
+    progress.events.append(EngineText(text, tokens, token_ids=ids or ()))
 
 
 def finish_events(progress: Progress, replica: Replica) -> list[EngineEvent]:
@@ -145,9 +198,9 @@ def finish_events(progress: Progress, replica: Replica) -> list[EngineEvent]:
     usage = progress.usage or {}
     prompt = usage.get("prompt_tokens")
     completion = usage.get("completion_tokens")
-    completion = completion if isinstance(completion, int) else progress.texts
-    if completion > progress.texts:  # chunks that carried several tokens, or none of text
-        events.append(EngineText("", tokens=completion - progress.texts))
+    completion = completion if isinstance(completion, int) else progress.tokens
+    if completion > progress.tokens:  # chunks that carried several tokens, or none of text
+        events.append(EngineText("", tokens=completion - progress.tokens))
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     # An answer that moved here: this upstream's prompt held the earlier upstreams' text
@@ -155,7 +208,7 @@ def finish_events(progress: Progress, replica: Replica) -> list[EngineEvent]:
     # completion is theirs and this one's.
     prompt = max(0, prompt - progress.earlier) if isinstance(prompt, int) else 0
     events.append(EngineFinish(reason or FinishReason.STOP,
-                               Usage(prompt, max(completion, progress.texts) + progress.earlier,
+                               Usage(prompt, max(completion, progress.tokens) + progress.earlier,
                                      min(cached, prompt) if isinstance(cached, int) else 0)))
     return events
 

@@ -9,14 +9,13 @@ fewest requests in flight. Until its first token it may move: a refused connecti
 a 429 or no token within the first-token timeout tries the next healthy replica. After the
 first token, a replica that drops the stream, sends an error event or goes silent (the idle
 timeout) breaks the answer there: where going on gives the same answer (plain content: no
-tools, output format, calls or thinking section; engines/prefill.py `continuation`), the
-request goes to the next healthy replica as a continuation, the text so far as the last
-assistant message (appended to a raw prompt), the same seed and sampling, max_tokens less
-the tokens already produced (counted as the chunks that brought text: one where an
-upstream sent several tokens in one chunk, so its max_tokens is then that much too large);
-the stream goes on, usage adds up. Each replica serves one answer at most once, so an
-answer moves at most once per other replica. Otherwise the answer ends with engine_error
-after the text already sent, never a hang.
+tools, output format, calls or thinking section; engines/prefill.py), the request goes to
+the next healthy replica as a continuation: from the token ids where the upstream sent
+them (vLLM's `return_token_ids`, asked of every upstream that does not refuse it: a raw
+prompt of the prompt's ids and the answer's, max_tokens less exactly those), else the
+text so far as the last assistant message (appended to a raw prompt), max_tokens less the
+chunks that brought text; the same seed and sampling. The stream goes on, usage adds up.
+An answer moves at most once per other replica; else it ends with engine_error.
 
 Closing the stream closes the upstream HTTP response, which is how the upstream learns to
 stop (vLLM, llama-server and tokenpipe all abort a generation whose client went away).
@@ -36,14 +35,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 from ... import http
 from ...constrain.thinking import THINK_OPEN
-from ...constrain.tools import openai_tool
 from ...errors import (
     BadRequest,
     ContextOverflow,
@@ -51,12 +48,13 @@ from ...errors import (
     EngineUnavailable,
     TokenpipeError,
 )
-from ...types import EngineEvent, EngineStart, GenerationRequest, Message, OutputFormat, ToolChoice
+from ...types import EngineEvent, EngineStart, GenerationRequest
 from ..base import Engine, EngineInfo, EngineOptions, PreparedRequest, constrained
-from ..prefill import continuation
-from .answers import Broke, Progress, Retry, describe, finish_events, handle_event, refusal
+from ..prefill import continuation, from_ids
+from .answers import Broke, Ids, Progress, Retry, describe, finish_events, handle_event, refusal
 from .kind import KIND
 from .replicas import CONNECT_TIMEOUT_S, Replica, Replicas, log
+from .requests import body_of, encoded
 
 DRAIN_TIMEOUT_S = 1.0
 
@@ -199,8 +197,9 @@ class OpenAIEngine(Engine):
         origin = self._origins.get(replica.base) if replica is not None else None
         if replica is None or origin is None:
             return  # stream() finds none either and says so
-        path, body = self._body(prepared)
-        conn = origin.send_now(origin.encode("POST", path, body, self._post_headers))
+        path, body = body_of(prepared, self.model)
+        conn = origin.send_now(origin.encode("POST", path, encoded(body, replica),
+                                             self._post_headers))
         if conn is None:  # no idle connection: stream() connects (or waits for a spare)
             self.replicas.turn = turn  # and picks the replica itself, in the same turn
             return
@@ -220,11 +219,12 @@ class OpenAIEngine(Engine):
             if sent is not None:
                 sent.drop()
             raise
-        path, body = (sent.path, sent.body) if sent is not None else self._body(prepared)
+        path, body = (sent.path, sent.body) if sent is not None else body_of(prepared, self.model)
         tried: list[Replica] = []  # each replica serves one answer once: a bound on moves
         errors: list[TokenpipeError] = []
         said: list[str] = []  # the content passed on, by whichever replicas produced it
-        done = 0  # its tokens (chunks)
+        ids = Ids()  # its token ids, where the upstreams send them
+        done = 0  # its tokens (their ids where sent, else its chunks)
         broke: EngineError | None = None  # what ended the replica the answer began on
         while True:
             conn: http.Connection | None = None
@@ -236,7 +236,8 @@ class OpenAIEngine(Engine):
             else:
                 break
             tried.append(replica)
-            progress = Progress(tools=bool(prepared.request.tools), said=said, earlier=done)
+            progress = Progress(tools=bool(prepared.request.tools), said=said, earlier=done,
+                                ids=ids)
             attempt = self._attempt(replica, path, body, conn, progress)
             try:
                 async with contextlib.aclosing(attempt) as events:
@@ -250,7 +251,7 @@ class OpenAIEngine(Engine):
                     raise
                 errors.append(refused)  # an upstream that refuses to go on with an answer
             except Broke as failed:
-                done += progress.texts
+                done += progress.tokens
                 going_on = self._going_on(prepared, progress, done)
                 if going_on is None or len(self.replicas) == 1:
                     raise failed.error from None
@@ -260,7 +261,9 @@ class OpenAIEngine(Engine):
                 else:
                     errors.append(failed.error)
                 log.info("%s; going on with the answer elsewhere after %d tokens (%d "
-                         "characters)", failed.error.message, done, sum(map(len, said)))
+                         "characters), from its %s", failed.error.message, done,
+                         sum(map(len, said)), "text" if "messages" in body or isinstance(
+                             body.get("prompt"), str) else "token ids")
             finally:
                 replica.in_flight -= 1
         if broke is not None:
@@ -270,7 +273,7 @@ class OpenAIEngine(Engine):
         raise self.replicas.give_up(errors)
 
     def _going_on(self, prepared: PreparedRequest, progress: Progress, done: int
-                  ) -> tuple[str, bytes] | None:
+                  ) -> tuple[str, dict[str, Any]] | None:
         """The request that continues an answer whose replica broke after `done` tokens
         (engines/prefill.py `continuation`), or None where that would not be the same
         answer: calls or a thinking section came, or text the engine does not pass on."""
@@ -280,47 +283,18 @@ class OpenAIEngine(Engine):
         request = prepared.request
         if request.split_reasoning and THINK_OPEN in text:
             return None
-        going_on = continuation(request, text, prepared.max_tokens - done)
+        ids = progress.ids
+        prompt = request.prompt_ids if request.prompt_ids is not None else ids.prompt
+        exact = None
+        if ids.whole and prompt is not None and len(ids.answer) == done:
+            exact = from_ids(request, prompt, tuple(ids.answer), prepared.max_tokens - done)
+        going_on = exact or continuation(request, text, prepared.max_tokens - done)
         if going_on is None:
             return None
-        return self._body(PreparedRequest(going_on, prepared.prompt_text, (),
-                                          prepared.max_tokens - done), going_on=True)
+        return body_of(PreparedRequest(going_on, prepared.prompt_text, (),
+                                       prepared.max_tokens - done), self.model, going_on=True)
 
-    def _body(self, prepared: PreparedRequest, *, going_on: bool = False
-              ) -> tuple[str, bytes]:
-        """The upstream request; `going_on`: a continuation, whose last assistant message
-        the upstream continues (vLLM's two flags; llama-server and tokenpipe continue a
-        last assistant message anyway)."""
-        request, p = prepared.request, prepared.request.params
-        body: dict[str, Any] = {"model": self.model}
-        if request.messages is not None:
-            path = "/v1/chat/completions"
-            body["messages"] = [upstream_message(m) for m in request.messages]
-            if going_on:
-                body.update(continue_final_message=True, add_generation_prompt=False)
-        else:
-            path = "/v1/completions"
-            body["prompt"] = request.prompt
-        body.update(stream=True, stream_options={"include_usage": True},
-                    max_tokens=prepared.max_tokens, temperature=p.temperature, top_p=p.top_p)
-        optional = {"seed": p.seed, "stop": list(p.stop) or None,
-                    "presence_penalty": p.presence_penalty or None,
-                    "frequency_penalty": p.frequency_penalty or None,
-                    # vLLM's extra sampling parameters, sent only when they change something
-                    "top_k": p.top_k if p.top_k > 0 else None,
-                    "min_p": p.min_p or None,
-                    "repetition_penalty": None if p.repetition_penalty == 1.0
-                    else p.repetition_penalty}
-        body.update((k, v) for k, v in optional.items() if v is not None)
-        if request.format is not None:
-            body["response_format"] = response_format(request.format)
-        if request.tools:
-            body["tools"] = [openai_tool(t) for t in request.tools]
-            body["tool_choice"] = tool_choice(request.tool_choice)
-            body["parallel_tool_calls"] = request.tool_choice.parallel
-        return path, json.dumps(body, ensure_ascii=False).encode()
-
-    async def _attempt(self, replica: Replica, path: str, body: bytes,
+    async def _attempt(self, replica: Replica, path: str, body: dict[str, Any],
                        sent: http.Connection | None, progress: Progress
                        ) -> AsyncGenerator[EngineEvent, None]:
         """One upstream request (`sent`: already written there by begin()). Raises Retry
@@ -337,9 +311,18 @@ class OpenAIEngine(Engine):
             try:
                 async with asyncio.timeout(self.first_token_timeout_s):
                     conn = await origin.request(
-                        "POST", path, body, self._post_headers,
+                        "POST", path, encoded(body, replica), self._post_headers,
                         connect_timeout_s=min(CONNECT_TIMEOUT_S, self.first_token_timeout_s),
                         sent=sent)
+                    if conn.status == 400 and not replica.refuses_token_ids:
+                        said = await conn.read()
+                        if b"return_token_ids" not in said:
+                            raise refusal(replica, conn.status, said, conn.headers)
+                        log.info("upstream %s refuses return_token_ids", replica.base)
+                        replica.refuses_token_ids = True  # asked again without: moves as text
+                        conn.release()
+                        conn = await origin.request("POST", path, encoded(body, replica),
+                                                    self._post_headers)
                     if conn.status != 200:
                         raise refusal(replica, conn.status, await conn.read(), conn.headers)
                     while not progress.texts and not progress.done:
@@ -408,39 +391,9 @@ class _Sent:
     replica: Replica
     conn: http.Connection
     path: str
-    body: bytes
+    body: dict[str, Any]
 
     def drop(self) -> None:
         """Never streamed: closing the connection is how the upstream learns to stop."""
         self.replica.in_flight -= 1
         self.conn.release()  # unanswered: closed, and a spare opened in its place
-
-
-def upstream_message(m: Message) -> dict[str, Any]:
-    """A chat turn in OpenAI's shape: an assistant turn's calls, a tool turn's call id."""
-    out: dict[str, Any] = {"role": m.role, "content": m.content}
-    if m.tool_calls:
-        out["content"] = m.content or None  # OpenAI's assistant turn of calls alone
-        out["tool_calls"] = [{"id": c.id, "type": "function",
-                              "function": {"name": c.name, "arguments": c.arguments}}
-                             for c in m.tool_calls]
-    if m.tool_call_id is not None:
-        out["tool_call_id"] = m.tool_call_id
-    return out
-
-
-def tool_choice(choice: ToolChoice) -> str | dict[str, Any]:
-    if choice.mode == "function":
-        return {"type": "function", "function": {"name": choice.name}}
-    return choice.mode
-
-
-def response_format(fmt: OutputFormat) -> dict[str, Any]:
-    """An OutputFormat as OpenAI's `response_format`, for the upstream."""
-    if fmt.kind == "json_object":
-        return {"type": "json_object"}
-    spec: dict[str, Any] = {"name": fmt.name or "answer",
-                            "schema": json.loads(fmt.schema or "{}")}
-    if fmt.strict is not None:
-        spec["strict"] = fmt.strict
-    return {"type": "json_schema", "json_schema": spec}

@@ -41,6 +41,8 @@ class Replica:
     in_flight: int = 0
     health_path: str = "/health"  # falls back to /v1/models where /health is 404 (Ollama)
     verified: bool = False  # its GET /v1/models listed our model; until then, not used
+    # it refused vLLM's `return_token_ids` (a 400 naming the field): asked no more
+    refuses_token_ids: bool = False
 
     def mark(self, healthy: bool, why: str = "") -> None:
         if healthy != self.healthy:

@@ -84,25 +84,43 @@ def _entries(deltas: list[Delta]) -> Iterable[TokenLogprob]:
     return (e for d in deltas if d.channel == "content" for e in d.logprobs)
 
 
+def _all_ids(deltas: list[Delta]) -> list[int]:
+    return [i for d in deltas for i in d.token_ids]
+
+
 class ChatRender:
     """chat.completion / chat.completion.chunk objects of one answer; `scored`: the
-    request asked for logprobs (its content chunks carry them). `index` names the choice
+    request asked for logprobs (its content chunks carry them); `ids`: for token ids
+    (`return_token_ids`: each content chunk's `token_ids`, the prompt's once, as
+    `prompt_token_ids` of the first chunk that has them). `index` names the choice
     (several with `n`)."""
 
-    def __init__(self, model: str, *, scored: bool = False) -> None:
+    opening_has_prompt = True  # its opening chunk can carry the prompt's token ids
+
+    def __init__(self, model: str, *, scored: bool = False, ids: bool = False) -> None:
         self.head: dict[str, Any] = {"id": "chatcmpl-" + secrets.token_hex(12),
                                      "created": now(), "model": model}
         self._around: dict[int, tuple[bytes, bytes]] = {}
-        self.scored = scored
+        self.scored, self.ids = scored, ids
 
-    def _chunk(self, choice: ChunkChoice | None, usage: Usage | None = None) -> bytes:
+    def _chunk(self, choice: ChunkChoice | None, usage: Usage | None = None,
+               prompt: tuple[int, ...] | None = None) -> bytes:
         return sse.data(ChatCompletionChunk(
             **self.head, choices=[] if choice is None else [choice],
-            usage=None if usage is None else usage_info(usage)))
+            usage=None if usage is None else usage_info(usage),
+            prompt_token_ids=None if prompt is None else list(prompt)))
 
-    def opening(self, index: int = 0) -> bytes:
+    def opening(self, index: int = 0, prompt: tuple[int, ...] | None = None) -> bytes:
         return self._chunk(ChunkChoice(index=index, delta=ChunkDelta(role="assistant",
-                                                                     content="")))
+                                                                     content="")),
+                           prompt=prompt)
+
+    def ids_delta(self, delta: Delta, index: int = 0,
+                  prompt: tuple[int, ...] | None = None) -> bytes:
+        """A content delta with its token ids (and the prompt's, where given)."""
+        return self._chunk(ChunkChoice(
+            index=index, delta=ChunkDelta(content=delta.text), token_ids=list(delta.token_ids),
+            logprobs=chat_logprobs(delta.logprobs) if self.scored else None), prompt=prompt)
 
     def delta(self, text: str, index: int = 0) -> bytes:
         around = self._around.get(index)
@@ -134,13 +152,16 @@ class ChatRender:
     def usage(self, usage: Usage) -> bytes:
         return self._chunk(None, usage)
 
-    def whole(self, deltas: list[Delta], reason: str, usage: Usage) -> BaseModel:
-        return self.whole_of([(deltas, reason)], usage)
+    def whole(self, deltas: list[Delta], reason: str, usage: Usage,
+              prompt: tuple[int, ...] | None = None) -> BaseModel:
+        return self.whole_of([(deltas, reason)], usage, prompt)
 
-    def whole_of(self, answers: list[tuple[list[Delta], str]], usage: Usage) -> BaseModel:
+    def whole_of(self, answers: list[tuple[list[Delta], str]], usage: Usage,
+                 prompt: tuple[int, ...] | None = None) -> BaseModel:
         """One object for the choices, each (its deltas, its finish_reason), in order."""
         return ChatCompletion(**self.head, usage=usage_info(usage), choices=[
-            self._choice(i, deltas, reason) for i, (deltas, reason) in enumerate(answers)])
+            self._choice(i, deltas, reason) for i, (deltas, reason) in enumerate(answers)],
+            prompt_token_ids=list(prompt or ()) if self.ids else None)
 
     def _choice(self, index: int, deltas: list[Delta], reason: str) -> ChatChoice:
         text = "".join(d.text for d in deltas if d.channel == "content")
@@ -151,7 +172,8 @@ class ChatRender:
                                    reasoning=thought)
         scores = chat_logprobs(_entries(deltas)) if self.scored else None
         return ChatChoice(index=index, message=message, logprobs=scores,
-                          finish_reason=reason)  # type: ignore[arg-type]
+                          finish_reason=reason,  # type: ignore[arg-type]
+                          token_ids=_all_ids(deltas) if self.ids else None)
 
 
 def tool_calls(deltas: list[Delta]) -> list[ToolCallOut]:
@@ -170,18 +192,28 @@ def tool_calls(deltas: list[Delta]) -> list[ToolCallOut]:
 class CompletionRender:
     """text_completion objects of one answer (streamed chunks have the same shape)."""
 
-    def __init__(self, model: str, *, scored: bool = False) -> None:
+    opening_has_prompt = False  # no opening chunk: the prompt's ids go with the first text
+
+    def __init__(self, model: str, *, scored: bool = False, ids: bool = False) -> None:
         self.head: dict[str, Any] = {"id": "cmpl-" + secrets.token_hex(12),
                                      "created": now(), "model": model}
         self._around: dict[int, tuple[bytes, bytes]] = {}
-        self.scored = scored
+        self.scored, self.ids = scored, ids
 
     def _chunk(self, choices: list[TextChoice], usage: Usage | None = None) -> bytes:
         return sse.data(Completion(**self.head, choices=choices,
                                    usage=None if usage is None else usage_info(usage)))
 
-    def opening(self, index: int = 0) -> bytes:
+    def opening(self, index: int = 0, prompt: tuple[int, ...] | None = None) -> bytes:
         return b""
+
+    def ids_delta(self, delta: Delta, index: int = 0,
+                  prompt: tuple[int, ...] | None = None) -> bytes:
+        """A delta with its token ids (and the prompt's in its choice, where given)."""
+        return self._chunk([TextChoice(
+            index=index, text=delta.text, token_ids=list(delta.token_ids),
+            prompt_token_ids=None if prompt is None else list(prompt),
+            logprobs=completion_logprobs(delta.logprobs) if self.scored else None)])
 
     def delta(self, text: str, index: int = 0) -> bytes:
         around = self._around.get(index)
@@ -204,14 +236,18 @@ class CompletionRender:
     def part(self, delta: Delta, index: int = 0) -> bytes:
         return b""  # completions have no other channel
 
-    def whole(self, deltas: list[Delta], reason: str, usage: Usage) -> BaseModel:
-        return self.whole_of([(deltas, reason)], usage)
+    def whole(self, deltas: list[Delta], reason: str, usage: Usage,
+              prompt: tuple[int, ...] | None = None) -> BaseModel:
+        return self.whole_of([(deltas, reason)], usage, prompt)
 
-    def whole_of(self, answers: list[tuple[list[Delta], str]], usage: Usage) -> BaseModel:
+    def whole_of(self, answers: list[tuple[list[Delta], str]], usage: Usage,
+                 prompt: tuple[int, ...] | None = None) -> BaseModel:
         return Completion(**self.head, usage=usage_info(usage), choices=[TextChoice(
             index=i, text="".join(d.text for d in deltas if d.channel == "content"),
             logprobs=completion_logprobs(_entries(deltas)) if self.scored else None,
-            finish_reason=reason)  # type: ignore[arg-type]
+            finish_reason=reason,  # type: ignore[arg-type]
+            token_ids=_all_ids(deltas) if self.ids else None,
+            prompt_token_ids=list(prompt or ()) if self.ids else None)
             for i, (deltas, reason) in enumerate(answers)])
 
 

@@ -1,5 +1,5 @@
-"""OpenAI request bodies (docs/protocol.md section 3): what a request may hold, decided for a
-user who relies on the answer meaning what they asked.
+"""OpenAI request bodies (docs/protocol.md section 3; /v1/completions' own in completions.py):
+what a request may hold, decided for a user who relies on the answer meaning what they asked.
 
 - Every sampling parameter the core honours is accepted with OpenAI's ranges, plus vLLM's
   extras `top_k` (-1 or 0: off), `min_p` and `repetition_penalty`.
@@ -20,7 +20,7 @@ user who relies on the answer meaning what they asked.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -109,6 +109,10 @@ class _Sampling(_Body):
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
     stop: StopField = None
+    return_token_ids: bool | None = Field(
+        default=None, description="vLLM's extra: the answer's token ids go with its text "
+        "(each chunk's or choice's token_ids) and the prompt's (prompt_token_ids: the "
+        "first chunk that has them; chat: the object's, completions: the choice's).")
     n: int | None = Field(default=None, ge=1, description="Choices, up to the server's "
                           "--max-n (8): one prompt decoded once; with a seed, choice i "
                           "uses seed + i.")
@@ -365,47 +369,5 @@ class ChatCompletionRequest(_Sampling):
                                  tool_choice=tool_choice_of(self.tool_choice,
                                                             self.parallel_tool_calls),
                                  split_reasoning=self.reasoning_format != "none",
-                                 think=self.reasoning_effort not in (None, "none"))
-
-
-def _one_prompt(value: Any) -> Any:
-    if isinstance(value, list):
-        if len(value) == 1 and isinstance(value[0], str):
-            return _text(value[0])
-        if value and all(isinstance(v, str) for v in value):
-            raise PydanticCustomError("unsupported_value", "one prompt per request: batches "
-                                      "of prompts are not supported")
-        raise PydanticCustomError("unsupported_value", "prompts as token ids are not "
-                                  "supported; send text")
-    return _text(value)
-
-
-class CompletionRequest(_Sampling):
-    """POST /v1/completions: raw text in, no chat template. `max_tokens` defaults to 16 as
-    OpenAI's; `echo`, `suffix` and `best_of` > 1 answer 400."""
-
-    prompt: Annotated[
-        str, BeforeValidator(_one_prompt),
-        WithJsonSchema({"anyOf": [{"type": "string", "minLength": 1},
-                                  {"type": "array", "items": {"type": "string", "minLength": 1},
-                                   "minItems": 1, "maxItems": 1}]}),
-    ]
-    max_tokens: int | None = Field(default=16, ge=1)
-    echo: Annotated[Refused, _refuse((False,), "echo is not supported")] = None
-    suffix: Annotated[Refused, _refuse(("",), "suffix (insertion) is not supported")] = None
-    best_of: Annotated[Refused, _refuse((1,), "best_of > 1 is not supported")] = None
-    logprobs: int | None = Field(default=None, ge=0, le=20, description="Each answer "
-                                 "token's log-probability with this many likeliest tokens "
-                                 "(OpenAI allows up to 5, this server 20).")
-
-    max_tokens_param: ClassVar[str] = "max_tokens"
-
-    @property
-    def logprobs_top(self) -> int | None:
-        return self.logprobs
-
-    def to_request(self) -> GenerationRequest:
-        return GenerationRequest(prompt=self.prompt, params=self.sampling(self.max_tokens),
-                                 model=self.model, format=self.format)
-
-
+                                 think=self.reasoning_effort not in (None, "none"),
+                                 token_ids=bool(self.return_token_ids))

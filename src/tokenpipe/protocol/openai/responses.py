@@ -65,6 +65,19 @@ class AssistantMessage(BaseModel):
 FinishReasonName = Literal["stop", "length", "tool_calls", "cancelled"]
 
 
+class _WithIds(BaseModel):
+    """vLLM's `token_ids` / `prompt_token_ids` (`return_token_ids`), out of the object
+    when not asked for (None)."""
+
+    @model_serializer(mode="wrap")
+    def _ids_when_asked(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for key in ("token_ids", "prompt_token_ids"):
+            if key in data and data[key] is None:
+                del data[key]
+        return data
+
+
 class TopLogprob(BaseModel):
     token: str
     logprob: float = Field(description="Log-softmax of the model's logits at this step, "
@@ -96,14 +109,15 @@ class CompletionLogprobs(BaseModel):
     text_offset: list[int]
 
 
-class ChatChoice(BaseModel):
+class ChatChoice(_WithIds):
     index: int = 0
     message: AssistantMessage
     logprobs: ChoiceLogprobs | None = None
     finish_reason: FinishReasonName
+    token_ids: list[int] | None = None
 
 
-class ChatCompletion(BaseModel):
+class ChatCompletion(_WithIds):
     id: str
     object: Literal["chat.completion"] = "chat.completion"
     created: int
@@ -111,6 +125,7 @@ class ChatCompletion(BaseModel):
     choices: list[ChatChoice]
     usage: UsageInfo
     system_fingerprint: None = None
+    prompt_token_ids: list[int] | None = None
 
 
 class FunctionDelta(BaseModel):
@@ -152,14 +167,15 @@ class ChunkDelta(BaseModel):
         return {k: v for k, v in data.items() if v is not None}
 
 
-class ChunkChoice(BaseModel):
+class ChunkChoice(_WithIds):
     index: int = 0
     delta: ChunkDelta
     logprobs: ChoiceLogprobs | None = None
     finish_reason: FinishReasonName | None = None
+    token_ids: list[int] | None = None
 
 
-class ChatCompletionChunk(BaseModel):
+class ChatCompletionChunk(_WithIds):
     id: str
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
     created: int
@@ -167,13 +183,16 @@ class ChatCompletionChunk(BaseModel):
     choices: list[ChunkChoice]
     usage: UsageInfo | None = None
     system_fingerprint: None = None
+    prompt_token_ids: list[int] | None = None
 
 
-class TextChoice(BaseModel):
+class TextChoice(_WithIds):
     index: int = 0
     text: str
     logprobs: CompletionLogprobs | None = None
     finish_reason: FinishReasonName | None = None
+    prompt_token_ids: list[int] | None = None
+    token_ids: list[int] | None = None
 
 
 class Completion(BaseModel):

@@ -125,6 +125,7 @@ class ChoicesResponse(DoorResponse):
         self._begun: set[int] = set()  # the choices whose opening chunk is out
         self._finals: list[Finished | None] = [None] * len(sessions)
         self._over = False  # a choice failed: the answer is over, the rest unsaid
+        self._prompted: set[int] = set()  # choices whose prompt token ids are out
 
     def _reader(self) -> Reading:
         return ChoiceCursors(self.sessions, self.stream and self.progress)
@@ -178,6 +179,10 @@ class ChoicesResponse(DoorResponse):
         shape, index = self.shape, self._index
         if event.channel != "content":
             return shape.part(event, index)
+        if shape.ids:  # the prompt's ids with each choice's first delta
+            first = index not in self._prompted
+            self._prompted.add(index)
+            return shape.ids_delta(event, index, self.session.prompt_ids if first else None)
         if shape.scored:
             return shape.scored_delta(event, index)
         return shape.delta(event.text, index)
@@ -203,7 +208,8 @@ class ChoicesResponse(DoorResponse):
         finals = [f for f in self._finals if f is not None]
         body = self.shape.whole_of([(deltas, f.reason.value) for deltas, f in
                                     zip(answers, finals, strict=True)],
-                                   total_usage([f.usage for f in finals]))
+                                   total_usage([f.usage for f in finals]),
+                                   self.session.prompt_ids)
         response = Response(body.model_dump_json(), media_type="application/json")
         await response(self._scope, no_receive, send)
 

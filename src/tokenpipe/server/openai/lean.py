@@ -17,9 +17,10 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from ...protocol.common import BadBody, read_json
+from ...protocol.openai.completions import CompletionRequest
 from ...protocol.openai.errors import OpenAIError, bad_body, validation_error
 from ...protocol.openai.render import ChatRender, CompletionRender
-from ...protocol.openai.requests import ChatCompletionRequest, CompletionRequest
+from ...protocol.openai.requests import ChatCompletionRequest
 from .routes import Body, Render, resumable_of, start
 from .session_response import error_response
 

@@ -182,6 +182,9 @@ class ResumableResponse(DoorResponse):
         shape = self.origin.shape
         if event.channel != "content":
             chunk = shape.part(event)
+        elif shape.ids:  # the prompt's ids with the stream's first delta
+            chunk = shape.ids_delta(event, prompt=self.session.prompt_ids
+                                    if event.seq == 0 else None)
         elif shape.scored:
             chunk = shape.scored_delta(event)
         else:

@@ -20,10 +20,11 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 
 from ...errors import BadRequest, TokenpipeError, UnknownModel
+from ...protocol.openai.completions import CompletionRequest
 from ...protocol.openai.embeddings import EmbeddingList, EmbeddingRequest, embedding_list
 from ...protocol.openai.errors import validation_error
 from ...protocol.openai.render import ChatRender, CompletionRender
-from ...protocol.openai.requests import ChatCompletionRequest, CompletionRequest
+from ...protocol.openai.requests import ChatCompletionRequest
 from ...protocol.openai.responses import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -200,18 +201,20 @@ async def start(runtime: Runtime, body: Body, render: Render,
     except TokenpipeError as exc:  # in the names this client sent
         return error_response(exc, {"max_tokens": body.max_tokens_param,
                                     "think": "reasoning_effort"})
+    ids = bool(body.return_token_ids)
     if n > 1:
         return ChoicesResponse(
-            sessions, render(sessions[0].model, scored=body.wants_logprobs),
+            sessions, render(sessions[0].model, scored=body.wants_logprobs, ids=ids),
             stream=bool(body.stream), include_usage=body.include_usage,
             ping_s=runtime.settings.sse_ping_interval_s)
     if resumable:
-        return started(runtime.resumable, session, render(session.model,
-                                                          scored=body.wants_logprobs),
+        return started(runtime.resumable, session, render(
+                           session.model, scored=body.wants_logprobs, ids=ids),
                        include_usage=body.include_usage,
                        ping_s=runtime.settings.sse_ping_interval_s)
     return SessionResponse(
-        session, render(session.model, scored=body.wants_logprobs), stream=bool(body.stream),
+        session, render(session.model, scored=body.wants_logprobs, ids=ids),
+        stream=bool(body.stream),
         include_usage=body.include_usage, ping_s=runtime.settings.sse_ping_interval_s)
 
 

@@ -51,21 +51,33 @@ class SessionResponse(DoorResponse):
         super().__init__(session, stream=stream, ping_s=ping_s)
         self.shape = shape
         self.include_usage = include_usage
+        self._prompted = False  # the prompt's token ids are out (return_token_ids)
 
     def error_response(self, exc: TokenpipeError) -> Response:
         return error_response(exc)
 
     async def _answer(self, deltas: list[Delta], end: Finished) -> Response:
-        body = self.shape.whole(deltas, end.reason.value, end.usage)
+        body = self.shape.whole(deltas, end.reason.value, end.usage, self.session.prompt_ids)
         return Response(body.model_dump_json(), media_type="application/json")
 
     def _opening(self, event: Event) -> bytes:
-        return self.shape.opening()
+        shape = self.shape
+        return shape.opening(prompt=self._prompt() if shape.opening_has_prompt else None)
+
+    def _prompt(self) -> tuple[int, ...] | None:
+        """The prompt's ids, the first time they are known and asked for."""
+        prompt = self.session.prompt_ids
+        if self._prompted or prompt is None or not self.shape.ids:
+            return None
+        self._prompted = True
+        return prompt
 
     def _delta(self, event: Delta) -> bytes:
         shape = self.shape
         if event.channel != "content":
             return shape.part(event)
+        if shape.ids:
+            return shape.ids_delta(event, prompt=self._prompt())
         if shape.scored:
             return shape.scored_delta(event)
         return shape.delta(event.text)

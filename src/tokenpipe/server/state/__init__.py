@@ -1,5 +1,6 @@
 """State shared between replicas (`--state redis://HOST:PORT/DB`): the resume store in
-Redis (redis_store.py), the event codec its log is written in (codec.py), and the stored
+Redis (redis_store.py; a stream another replica produces is followed and taken over by
+follower.py), the event codec its log is written in (codec.py), and the stored
 Responses (responses_store.py). The `redis` client is the `redis` extra
 (`pip install 'tokenpipe[redis]'`), imported only when a state URL is given."""
 
@@ -39,11 +40,12 @@ def check_reachable(url: str, timeout_s: float = 3.0) -> None:
         raise RuntimeError(f"cannot reach the state store {_safe(url)}: {exc}") from None
 
 
-def shared_store(url: str, grace_s: float, prefix: str, lease_s: float) -> RedisResumeStore:
+def shared_store(url: str, grace_s: float, prefix: str, lease_s: float,
+                 address: str | None = None) -> RedisResumeStore:
     _redis()
     from .redis_store import RedisResumeStore
 
-    return RedisResumeStore(grace_s, url, prefix, lease_s)
+    return RedisResumeStore(grace_s, url, prefix, lease_s, address)
 
 
 def shared_responses(url: str, prefix: str, *, max_age_s: float, max_count: int,

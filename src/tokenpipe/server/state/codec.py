@@ -43,7 +43,7 @@ def decode(text: str | bytes) -> Event:
     if kind == "d":
         return Delta(data["s"], data["x"], data.get("c", "content"), data.get("i", 0),
                      data.get("id"), data.get("n"),
-                     tuple(_logprob(p) for p in data.get("lp", ())))
+                     tuple(_logprob(p) for p in data.get("lp", ())), tuple(data.get("ti", ())))
     if kind == "s":
         return Started(data["m"], data["p"], data["k"])
     if kind == "f":
@@ -73,6 +73,8 @@ def _plain(event: Event) -> dict[str, Any]:
             out["lp"] = [[p.token, p.logprob, p.data.hex(),
                           [[t, lp, b.hex()] for t, lp, b in p.top], p.offset]
                          for p in event.logprobs]
+        if event.token_ids:
+            out["ti"] = event.token_ids
         return out
     if isinstance(event, Started):
         return {"t": "s", "m": event.model, "p": event.prompt_tokens, "k": event.stream}
@@ -135,7 +137,10 @@ def encode_request(request: GenerationRequest) -> str:
                         request.tool_choice.parallel],
         "split_reasoning": request.split_reasoning,
         "reasoning_budget": request.reasoning_budget, "think": request.think,
+        "token_ids": request.token_ids,
     }
+    if request.prompt_ids is not None:
+        data["prompt_ids"] = request.prompt_ids
     if request.messages is not None:
         data["messages"] = [[m.role, m.content, [[c.id, c.name, c.arguments]
                                                  for c in m.tool_calls], m.tool_call_id]
@@ -161,4 +166,6 @@ def decode_request(text: str | bytes) -> GenerationRequest:
         tools=tuple(Tool(*t) for t in data["tools"]),
         tool_choice=ToolChoice(mode, name, parallel),
         split_reasoning=data["split_reasoning"], reasoning_budget=data["reasoning_budget"],
-        think=data.get("think", False))  # absent: logged by a replica before the field
+        think=data.get("think", False),  # absent: logged by a replica before the field
+        prompt_ids=tuple(data["prompt_ids"]) if "prompt_ids" in data else None,
+        token_ids=data.get("token_ids", False))

@@ -5,13 +5,15 @@ stream whose replica died is taken over by the replica its client resumes on.
 
 Keys, under `--state-prefix` (default `tokenpipe`), per stream token:
 - `P:TOKEN:log`, a Redis Stream: one entry per batch of session events as the producing
-  session sealed them (server/state/codec.py) and its completion tokens so far;
-- `P:TOKEN:meta`, a hash: the stream id its reader calls it by, the model, the SSE
-  rendering (chunk id, created) so every replica renders a resume alike, and the request
-  with its resolved max_tokens, for a take-over;
-- `P:TOKEN:lease`, the producing replica's id, with a short expiry it renews: only the
-  holder appends to the log (a Lua check-and-append), and a follower that finds it lapsed
-  before the final event takes the stream over (SET NX);
+  session sealed them (server/state/codec.py: deltas with their token ids, where the
+  engine gives them) and its completion tokens so far; the first entry once the prompt's
+  token ids are known holds them too;
+- `P:TOKEN:meta`, a hash (meta.py): what a replica renders a resume with, and the
+  request a take-over runs again;
+- `P:TOKEN:lease`, the producing replica's id and address (`ID@HOST:PORT`), with a short
+  expiry it renews: only the holder appends to the log (a Lua check-and-append), and a
+  follower that finds it lapsed before the final event, or its holder's address refusing
+  connections, takes the stream over (follower.py);
 - `P:TOKEN:reader`, set by a replica whose client reads the stream there: the producing
   replica then does not cancel it when its own reader's grace period ends;
 - `P:TOKEN:cancel`, set by a replica whose client cancels it there: the producer cancels.
@@ -19,22 +21,13 @@ All of them expire: the log and meta a grace period after the last event, so no 
 outlives its stream by more than that.
 
 Elsewhere a stream is replayed into a local session (GenerationSession.replay), whose
-cursors every door reads as it reads a local one: the doors do not know which it is.
-
-A take-over runs the request again with the logged text as the answer begun (an
-assistant prefill; a raw prompt with the text appended), the same seed and what is left
-of max_tokens, and appends to the same log from the next seq. Greedy and seeded answers
-that depend on the request alone (docs/determinism.md) continue as the dead replica would
-have, unless re-tokenizing the text gives other tokens than the model produced. Streams
-with reasoning, tool calls, logprobs or an output format are not continued (they end with
-`replica_lost`), nor are background Responses (their replica stores them: ended by a
-shutdown, stored as failed; a follower on another replica reads that end)."""
+cursors every door reads as it reads a local one: the doors do not know which it is; and
+it is taken over there when its producer stopped (follower.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import json
 import logging
@@ -47,8 +40,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from ...engines.prefill import continuation
-from ...errors import ReplicaLost, ShuttingDown
+from ...errors import ShuttingDown
 from ...session import (
     Cursor,
     Delta,
@@ -59,20 +51,25 @@ from ...session import (
     Queued,
     Started,
 )
-from ...types import GenerationRequest, Usage
+from ...types import GenerationRequest
 from ..resumable import Held, LocalResumeStore
 from . import codec
+from .follower import Follower
+from .meta import meta_of, origin_of
 
 log = logging.getLogger("tokenpipe.state")
 RETRY_S = 1.0  # Redis away: how often the probe tries it again
 CALL_TIMEOUT_S = 1.5  # a Redis call not answered by then counts as Redis away
+LOOKUP_TIMEOUT_S = 5.0  # ... except a resuming client's look-up: it holds no stream back
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{16,64}")  # what secrets.token_urlsafe makes
 Start = Callable[[GenerationRequest, str], Awaitable[GenerationSession]]
 
-# KEYS: lease, log, meta; ARGV: replica, events, tokens, ttl ms. 1: appended, 0: not ours
+# KEYS: lease, log, meta; ARGV: replica, events, tokens, ttl ms, the prompt's token ids
+# ('' where logged already or unknown). 1: appended, 0: not ours
 _APPEND = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('XADD', KEYS[2], '*', 'e', ARGV[2], 'n', ARGV[3])
+if ARGV[5] == '' then redis.call('XADD', KEYS[2], '*', 'e', ARGV[2], 'n', ARGV[3])
+else redis.call('XADD', KEYS[2], '*', 'e', ARGV[2], 'n', ARGV[3], 'p', ARGV[5]) end
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
 redis.call('PEXPIRE', KEYS[3], ARGV[4])
 return 1
@@ -93,15 +90,19 @@ class RedisResumeStore(LocalResumeStore):
     replica produced them (ResumeStore). `start` runs a request here (the one start,
     ModelRegistry.start): set by the runtime, a take-over needs it."""
 
+    call_timeout_s = CALL_TIMEOUT_S
+
     def __init__(self, grace_s: float, url: str, prefix: str = "tokenpipe",
-                 lease_s: float = 3.0) -> None:
+                 lease_s: float = 3.0, address: str | None = None) -> None:
         super().__init__(grace_s)
         self.url, self.prefix = url, prefix
         self.lease_s = lease_s  # the producer's lease, renewed every third of it
         self.redis = aioredis.from_url(url, socket_connect_timeout=2, socket_timeout=None)
         self._append = self.redis.register_script(_APPEND)
         self._renew = self.redis.register_script(_RENEW)
-        self.replica = secrets.token_hex(6)  # this process, as leases name it
+        # this process, as leases name it; `address`: where other replicas reach it
+        # (HOST:PORT), for a follower to see at once that it stopped (follower.py)
+        self.replica = secrets.token_hex(6) + (f"@{address}" if address else "")
         self.start: Start | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}  # by "what:token"
         self._replayed: set[str] = set()  # the tokens whose session replays another's log
@@ -142,6 +143,7 @@ class RedisResumeStore(LocalResumeStore):
         cursor = session.cursor(after, progress=not taken, gated=False)
         keys = [self._key(token, "lease"), self._key(token, "log"), self._key(token, "meta")]
         lease: asyncio.Task[None] | None = None
+        prompted = taken  # the prompt's token ids are in the log (an entry's `p`)
         try:
             while not cursor.finished:
                 events = [e for e in await cursor.next(merge=False) if not isinstance(
@@ -155,8 +157,11 @@ class RedisResumeStore(LocalResumeStore):
                         return
                     continue
                 batch = "[" + ",".join(map(codec.encode, events)) + "]"
+                prompt = ""
+                if not prompted and session.prompt_ids is not None:
+                    prompt, prompted = json.dumps(session.prompt_ids), True
                 args: list[str | int] = [self.replica, batch, session.completion_tokens,
-                                         self._ttl_ms(live=not cursor.finished)]
+                                         self._ttl_ms(live=not cursor.finished), prompt]
                 if lease is None and not taken:  # lease, meta and first batch: one trip
                     done = await self._open_log(held, keys, args)
                 else:
@@ -212,12 +217,12 @@ class RedisResumeStore(LocalResumeStore):
                         ) -> int | None:
         """The producer's first write, in one transaction: its lease, the meta and the
         first batch (as _APPEND would write it); 1 when written, None where Redis failed."""
-        replica, batch, tokens, ttl_ms = args
+        replica, batch, tokens, ttl_ms, prompt = args
         assert isinstance(ttl_ms, int)
         pipe = self.redis.pipeline(transaction=True)
         pipe.set(keys[0], replica, px=int(self.lease_s * 1000))
-        pipe.hset(keys[2], mapping=_meta(held))
-        pipe.xadd(keys[1], {"e": batch, "n": tokens})
+        pipe.hset(keys[2], mapping=meta_of(held))
+        pipe.xadd(keys[1], {"e": batch, "n": tokens, **({"p": prompt} if prompt else {})})
         pipe.pexpire(keys[1], ttl_ms)
         pipe.pexpire(keys[2], ttl_ms)
         token = held.session.stream_token
@@ -273,14 +278,14 @@ class RedisResumeStore(LocalResumeStore):
         if held is not None or not _TOKEN.fullmatch(token):
             return held
         meta = await self._safely(lambda: self.redis.hgetall(self._key(token, "meta")),
-                                  "looking a stream up")
+                                  "looking a stream up", lookup=True)
         if not meta:
             return None
         fields = {k.decode(): v.decode() for k, v in meta.items()}
         session = GenerationSession(None, fields["model"], resumable=True, api=fields["api"])
         session.stream_token = token
-        held = Held(session, fields["stream_id"], sse=_origin(fields))
-        follower = _Follower(self, held, fields)
+        held = Held(session, fields["stream_id"], sse=origin_of(fields))
+        follower = Follower(self, held, fields)
         await follower.catch_up(after)
         if token in self._held:  # found by another resume meanwhile
             return self._held[token]
@@ -308,47 +313,6 @@ class RedisResumeStore(LocalResumeStore):
                                                   px=int((self.grace_s + self.lease_s) * 1000)),
                            "cancelling a stream on its replica")
 
-    async def _continue(self, held: Held, fields: dict[str, str], tokens: int) -> None:
-        """This replica holds the lease of a stream whose producer died: runs it again from
-        where the log ends, as its producer now (module docstring)."""
-        session, token = held.session, held.session.stream_token
-        assert token is not None
-        request = _continuation(session, fields, tokens)
-        if request is None or self.start is None:
-            await self._safely(lambda: self._release(token), "releasing a lease")
-            return session.end_with(Failed(ReplicaLost(
-                "the replica producing this stream stopped before it ended"),
-                session.usage()))
-        base, prompt_tokens = session.next_seq, session.prompt_tokens or 0
-        try:
-            run = await self.start(request, session.api)
-        except Exception as exc:  # refused here (shutting down, a model not served here)
-            error = exc if isinstance(exc, ShuttingDown) else ReplicaLost(
-                f"the replica producing this stream stopped, and continuing it here "
-                f"failed: {exc}")  # shutting down: handed over again (hands_over)
-            await self._safely(lambda: self._release(token), "releasing a lease")
-            session.end_with(Failed(error, session.usage()))
-            return
-        log.info("stream %s… taken over from a stopped replica at seq %d", token[:6], base)
-        self.takeovers.inc()
-        self._replayed.discard(token)
-        session.bind_cancel(run.cancel)
-        session.logged = base  # its readers get what the log has, from here on too
-        self._opened.add(token)
-        self._spawn(f"mirror:{token}", self._mirror(held, after=base - 1, taken=True))
-        cursor = run.cursor()
-        try:
-            async for event in cursor:
-                if isinstance(event, Delta):
-                    session.completion_tokens = tokens + run.completion_tokens  # logged
-                    session.replay(dataclasses.replace(event, seq=base + event.seq))
-                elif isinstance(event, Finished | Failed):
-                    usage = Usage(prompt_tokens, tokens + event.usage.completion_tokens)
-                    session.end_with(dataclasses.replace(event, usage=usage))
-        finally:
-            cursor.close()
-            run.cancel()
-
     # ---- both ---------------------------------------------------------------------------
     def _spawn(self, name: str, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
@@ -362,16 +326,17 @@ class RedisResumeStore(LocalResumeStore):
             task.cancel()
 
     async def _safely(self, call: Callable[[], Awaitable[Any]], what: str,
-                      timeout_s: float = CALL_TIMEOUT_S) -> Any:
+                      timeout_s: float = CALL_TIMEOUT_S, *, lookup: bool = False) -> Any:
         """A Redis call whose failure costs the shared state, never a stream: None when it
         failed, took over `timeout_s` (a Redis that hangs holds streams back no longer:
         their deltas wait for the log), or when Redis is known to be away (nothing but the
-        probe calls it then). The first failure is logged, /health says degraded
-        (`failure`) until the probe reaches Redis again."""
-        if self.failure is not None:
+        probe and `lookup`s call it then: a resume asks anyway, a slow moment under load
+        is no outage). The first failure is logged, /health says degraded (`failure`)
+        until the probe reaches Redis again."""
+        if self.failure is not None and not lookup:
             return None
         try:
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout(LOOKUP_TIMEOUT_S if lookup else timeout_s):
                 return await call()
         except (RedisError, OSError, TimeoutError) as exc:
             if self.failure is None:  # calls in flight at once fail together: once
@@ -426,139 +391,6 @@ class _Count:
 
     def inc(self) -> None:
         self.value += 1
-
-
-class _Follower:
-    """Feeds a replayed session from the log: what is there now (catch_up), then each
-    batch as the producer appends it (follow), until the final event; while a client
-    reads it here, the producer is told so (the reader key); when the producer's lease
-    lapses first, this replica takes the stream over."""
-
-    def __init__(self, store: RedisResumeStore, held: Held, fields: dict[str, str]) -> None:
-        self.store, self.held, self.session, self.fields = store, held, held.session, fields
-        self.token = held.session.stream_token or ""
-        self.last_id = b"0"
-        self.tokens = 0  # the producer's completion tokens at the last batch
-        self.key = store._key(self.token, "log")
-
-    async def catch_up(self, after: int, wait_s: float = 2.0) -> None:
-        """Every batch logged so far; where the client says it has seen more (the producer
-        sent it before logging it), up to `wait_s` more for the log to reach that seq."""
-        entries = await self.store._safely(lambda: self.store.redis.xrange(self.key),
-                                           "replaying a stream")
-        self._apply(entries or [])
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_s
-        while after >= self.session.next_seq and self.session.final is None:
-            left = deadline - loop.time()
-            if left <= 0 or not await self._read(int(left * 1000) or 1):
-                return
-
-    async def follow(self) -> None:
-        store, loop = self.store, asyncio.get_running_loop()
-        marked = 0.0
-        lease = store._key(self.token, "lease")
-        while self.session.final is None:
-            if self.held.reader is not None and loop.time() - marked > store.grace_s / 3:
-                marked = loop.time()
-                await store.mark_read(self.token)
-            if await self._read(int(store.lease_s * 1000 / 3)):
-                continue
-            alive = await store._safely(lambda: store.redis.exists(lease),
-                                        "checking a stream's producer")
-            if alive != 0 or store.draining:  # None: Redis is away, keep waiting
-                continue
-            got = await store._safely(lambda: store.redis.set(
-                lease, store.replica, nx=True, px=int(store.lease_s * 1000)), "taking a lease")
-            if got:
-                await self._read(1)  # what the producer logged before its lease lapsed
-                if self.session.final is None:
-                    return await store._continue(self.held, self.fields, self.tokens)
-                await store._safely(lambda: store._release(self.token), "releasing a lease")
-
-    async def _read(self, block_ms: int) -> bool:
-        """Blocks up to block_ms for new batches; whether any came."""
-        found = await self.store._safely(
-            lambda: self.store.redis.xread({self.key: self.last_id}, block=block_ms),
-            "following a stream", block_ms / 1000 + CALL_TIMEOUT_S)
-        if not found:
-            if found is None:
-                await asyncio.sleep(block_ms / 1000)  # Redis away: do not spin
-            return False
-        for _, entries in found:
-            self._apply(entries)
-        return True
-
-    def _apply(self, entries: list[tuple[bytes, dict[bytes, bytes]]]) -> None:
-        session = self.session
-        for entry_id, fields in entries:
-            self.last_id = entry_id
-            self.tokens = session.completion_tokens = int(fields.get(b"n", b"0"))
-            for data in json.loads(fields[b"e"]):
-                event = codec.decode(json.dumps(data))
-                if isinstance(event, Delta):
-                    if event.seq > session.next_seq:  # its producer lost Redis meanwhile
-                        session.end_with(Failed(ReplicaLost(
-                            "this stream's log is incomplete (its replica lost the state "
-                            "store); resume it on the replica that produced it"),
-                            session.usage()))
-                        return
-                    if event.seq == session.next_seq:
-                        session.replay(event)
-                elif isinstance(event, Started):
-                    session.mark_started(event.prompt_tokens)
-                elif isinstance(event, Progress):
-                    session.set_progress(event.done, event.total)
-                elif isinstance(event, Finished | Failed):
-                    session.end_with(event)
-
-
-def _continuation(session: GenerationSession, fields: dict[str, str],
-                  tokens: int) -> GenerationRequest | None:
-    """The request that goes on from the logged text, or None where a continuation would
-    not be the same answer (module docstring; engines/prefill.py `continuation`)."""
-    if "request" not in fields or fields["api"] == "responses":  # stored by its replica
-        return None
-    cursor = session.cursor(-1)
-    deltas = [d for d in cursor.poll() if isinstance(d, Delta)]
-    cursor.close()
-    if any(d.channel != "content" for d in deltas):
-        return None
-    return continuation(codec.decode_request(fields["request"]),
-                        "".join(d.text for d in deltas), int(fields["max_tokens"]) - tokens)
-
-
-def _meta(held: Held) -> dict[Any, str]:
-    session = held.session
-    out: dict[Any, str] = {"stream_id": held.stream_id, "model": session.model,
-                           "api": session.api}
-    if not session.loading:
-        prepared = session.prepared
-        out["scored"] = "1" if prepared.request.params.logprobs is not None else ""
-        out["request"] = codec.encode_request(prepared.request)
-        out["max_tokens"] = str(prepared.max_tokens)
-    sse = held.sse
-    shape = getattr(sse, "shape", None)
-    if shape is not None:
-        out["sse"] = json.dumps({"kind": type(shape).__name__, "head": shape.head,
-                                 "usage": bool(getattr(sse, "include_usage", False))})
-    return out
-
-
-def _origin(fields: dict[str, str]) -> object:
-    """The SSE rendering the producer chose (the same chunk id and created on every
-    replica)."""
-    from ...protocol.openai.render import ChatRender, CompletionRender
-    from ..openai.resumable_sse import SseOrigin
-
-    scored = bool(fields.get("scored"))
-    if "sse" not in fields:  # a v1 stream: rendered as chat chunks from this resume on
-        return SseOrigin(ChatRender(fields["model"], scored=scored))
-    data = json.loads(fields["sse"])
-    cls = CompletionRender if data["kind"] == "CompletionRender" else ChatRender
-    shape = cls(fields["model"], scored=scored)
-    shape.head = data["head"]
-    return SseOrigin(shape, data["usage"])
 
 
 def _safe(url: str) -> str:
