@@ -48,6 +48,7 @@ try:
     from .embed import EMBED_WINDOW, Embedder, EmbedWorker
     from .kind import KIND
     from .slots import Seq, Slots
+    from .speculate import VerifyCost
     from .tiers import Tier, default_cells, layout, per_sequence
     from .vocab import Vocab
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
@@ -74,6 +75,15 @@ class LlamaCppEngine(DecodeThread, Engine):
                               f"not {own['determinism']!r}")
         self.determinism: str = own["determinism"]
         self.kv_cache: str = own["kv_cache"]
+        self.speculate: str = own["speculate"]
+        self.speculate_policy: str = own["speculate_policy"]
+        if self.speculate != "off" and self.determinism == "serial":
+            raise EngineError("--speculate verifies drafts in one decode: it needs "
+                              "--determinism exact (or fast), not serial")
+        if self.speculate != "off" and self.determinism == "fast":
+            log.warning("--speculate under --determinism fast: llama.cpp's kernels for "
+                        "several rows differ from one row's, so answers may change")
+        self._verify_cost = VerifyCost()
         # seconds the shared tier's cells stay allocated while unused (< 0: always)
         self.shared_tier_keep_alive = float(own["shared_tier_keep_alive"])
         self.rows_exact: bool | None = None  # the load-time check's verdict (None: not run)

@@ -1,0 +1,182 @@
+"""Speculative decoding that never changes the answer (`--speculate ngram`).
+
+Drafts come from the sequence itself (prompt lookup): the longest of its last 3, 2 or 1
+tokens that occurred before, in the prompt or the answer so far, proposes the tokens that
+followed it there. A step then decodes the sequence's next token and its k drafted tokens
+as k + 1 rows of one llama_decode. Under `--determinism exact` a row's logits do not depend
+on what shares its llama_decode (exact.py; the load-time check decodes a row inside a chunk
+and alone), so row j holds the very logits that decoding one token at a time would give.
+
+Verification samples the rows in order, exactly as one token a step does: the output
+grammar's mask, then argmax or the request's one sampler chain, then logprobs and the text
+(next_token.py). It stops at the first row whose token is not the drafted one; the tokens
+sampled up to there are the answer's, the KV cells of the drafted tokens after it are
+removed. The chain's random draws therefore stay one per answer token, in order: a seeded
+sample does not depend on how many tokens were verified together, and a drafted token the
+grammar forbids is never sampled (rejected). Under `--determinism fast` llama.cpp's kernels
+for k + 1 rows differ from those for one: speculation may change the answer there.
+
+Whether to draft, and how many, follows the price (VerifyCost: the engine's measured
+seconds a step of w rows of one sequence) and the sequence's recent acceptance: a draft of
+k is made when the expected tokens of a step, (1 - a^(k+1)) / (1 - a) at acceptance a,
+beat what its rows cost against one. With several sequences decoding, nothing is drafted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import llama_cpp as lc
+
+from ...types import EngineEvent, EngineText
+from .next_token import next_token
+from .slots import Seq
+from .vocab import Vocab
+
+NGRAMS = (3, 2, 1)  # the suffix lengths looked up, longest first
+DRAFT_MAX = 8  # drafted tokens a step, at most
+POLICIES = ("adaptive", "always")
+PROBE_EVERY = 32  # steps without a draft before one is tried again (price, acceptance)
+_MARGIN = 1.05  # a draft must promise this much over plain decoding
+
+
+class Lookup:
+    """The sequence's tokens so far and, for each n-gram, where it last ended."""
+
+    def __init__(self, tokens: Sequence[int]) -> None:
+        self.tokens = list(tokens)
+        self._last: dict[tuple[int, ...], int] = {}
+        self._indexed = 0  # n-grams ending before this position are in _last
+
+    def append(self, token: int) -> None:
+        self.tokens.append(token)
+
+    def draft(self, k: int) -> list[int]:
+        """Up to k tokens that followed the latest earlier occurrence of the longest
+        matching suffix; [] when none occurred before."""
+        tokens, last = self.tokens, self._last
+        end = len(tokens) - 1  # the suffix itself ends here: index what ends before it
+        for i in range(self._indexed, end):
+            for n in NGRAMS:
+                if i + 1 >= n:
+                    last[tuple(tokens[i + 1 - n : i + 1])] = i
+        self._indexed = max(self._indexed, end)
+        for n in NGRAMS:
+            if len(tokens) >= n:
+                at = last.get(tuple(tokens[-n:]))
+                if at is not None:
+                    return tokens[at + 1 : at + 1 + k]
+        return []
+
+
+class VerifyCost:
+    """Seconds a llama_decode of w rows of one sequence takes (w = 1: plain decoding), as
+    an exponential average of the engine's own steps. Owned by the decode thread."""
+
+    def __init__(self) -> None:
+        self._seconds: dict[int, float] = {}
+
+    def record(self, rows: int, seconds: float) -> None:
+        old = self._seconds.get(rows)
+        self._seconds[rows] = seconds if old is None else 0.8 * old + 0.2 * seconds
+
+    def ratio(self, rows: int) -> float:
+        """A step of `rows` against one of one row; before both are measured, an
+        optimistic guess (weights read once for every row) so that a draft is tried."""
+        one, many = self._seconds.get(1), self._seconds.get(rows)
+        if one is None or many is None:
+            return 1.0 + 0.1 * (rows - 1)
+        return many / one
+
+
+@dataclass(eq=False)
+class Speculation:
+    """One sequence's drafts: its lookup, its recent acceptance and its counters."""
+
+    lookup: Lookup
+    policy: str = "adaptive"
+    draft: list[int] = field(default_factory=list)  # this step's, being verified
+    drafted: int = 0
+    accepted: int = 0
+    rate: float = 0.7  # recent share of drafted tokens accepted (exponential average)
+    idle: int = 0  # steps since the last draft
+
+    def plan(self, limit: int, cost: VerifyCost) -> list[int]:
+        """This step's draft (also kept in .draft), at most `limit` tokens."""
+        limit = min(limit, DRAFT_MAX)
+        draft = self.lookup.draft(limit) if limit > 0 else []
+        if draft and self.policy == "adaptive":
+            draft = draft[: self._length(len(draft), cost)]
+        self.idle = 0 if draft else self.idle + 1
+        self.draft = draft
+        return draft
+
+    def _length(self, most: int, cost: VerifyCost) -> int:
+        if self.idle >= PROBE_EVERY:  # measure again: the machine or the text may differ
+            return min(most, 2)
+        a = min(self.rate, 0.99)
+        best, best_gain = 0, _MARGIN
+        for k in range(1, most + 1):
+            gain = (1 - a ** (k + 1)) / (1 - a) / cost.ratio(k + 1)
+            if gain > best_gain:
+                best, best_gain = k, gain
+        return best
+
+    def verified(self, drafted: int, accepted: int) -> None:
+        self.drafted += drafted
+        self.accepted += accepted
+        self.rate = 0.7 * self.rate + 0.3 * (accepted / drafted)
+
+
+def start(seq: Seq, policy: str) -> None:
+    """Gives seq a Speculation over its prompt."""
+    seq.spec = Speculation(Lookup(seq.prompt), policy)
+
+
+def produce(seq: Seq, vocab: Vocab) -> tuple[list[EngineEvent | BaseException], bool]:
+    """next_token for each of seq's rows of the last decode, in order, while the sampled
+    token is the drafted one; removes the cells of the drafted tokens that were not. The
+    first text event carries the step's drafted and accepted counts."""
+    spec = seq.spec
+    if spec is None:
+        return next_token(seq, vocab)
+    draft, spec.draft = spec.draft, []
+    items: list[EngineEvent | BaseException] = []
+    accepted = 0
+    while True:
+        got, ended = next_token(seq, vocab)
+        items.extend(got)
+        spec.lookup.append(seq.last)
+        if accepted < len(draft) and seq.last == draft[accepted]:
+            accepted += 1
+            if not ended:
+                seq.batch_index += 1
+                continue
+        break
+    if not draft:
+        return items, ended
+    spec.verified(len(draft), accepted)
+    seq.drafted, seq.accepted = spec.drafted, spec.accepted
+    drop = len(draft) - accepted
+    if drop:  # the rows after the last accepted token hold tokens not in the answer
+        seq.n_past -= drop
+        lc.llama_memory_seq_rm(seq.tier.context.mem, seq.slot, seq.n_past, -1)
+        del seq.tier.slots.cached[seq.slot][-drop:]
+    for i, item in enumerate(items):
+        if isinstance(item, EngineText):
+            items[i] = replace(item, drafted=len(draft), accepted=accepted)
+            break
+    return items, ended
+
+
+def timed_decode(cost: VerifyCost | None, rows: int, ctx: object, batch: object) -> int:
+    """llama_decode, its time recorded in `cost` for `rows` rows of one decoding sequence
+    (None: a step of another shape, not recorded)."""
+    if cost is None:
+        return int(lc.llama_decode(ctx, batch))
+    started = time.perf_counter()
+    rc = int(lc.llama_decode(ctx, batch))
+    cost.record(rows, time.perf_counter() - started)
+    return rc
