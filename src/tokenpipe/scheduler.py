@@ -369,9 +369,6 @@ class Scheduler:
                     if session.prompt_tokens is None:
                         session.prompt_tokens = event.usage.prompt_tokens
                     session.cached_tokens = event.usage.cached_tokens
-                    if event.usage.drafted_tokens:  # a last step that made no text
-                        session.drafted_tokens = event.usage.drafted_tokens
-                        session.accepted_tokens = event.usage.accepted_tokens
                     finish = event.reason
                     if plain:
                         session.add_text(stop.flush(), 0)

@@ -55,6 +55,7 @@ class DecodeThread:
     shared_tier_keep_alive: float
     speculate: str  # "off" or "ngram"
     speculate_policy: str  # speculate.POLICIES
+    speculate_draft: int  # drafted tokens a step, at most
     _verify_cost: VerifyCost
 
     def _new_context(self) -> None:
@@ -185,7 +186,7 @@ class DecodeThread:
         if grammar is not None:  # checked in prepare(): compiled and cached
             seq.guide = self._guides.result().start(*grammar, prefill=prefill_of(request) or "")
         if self.speculate == "ngram":
-            speculate.start(seq, self.speculate_policy)
+            speculate.start(seq, self.speculate_policy, self.speculate_draft)
         return True
 
     def _release(self, seq: Seq) -> None:

@@ -77,6 +77,9 @@ class LlamaCppEngine(DecodeThread, Engine):
         self.kv_cache: str = own["kv_cache"]
         self.speculate: str = own["speculate"]
         self.speculate_policy: str = own["speculate_policy"]
+        self.speculate_draft = int(own["speculate_draft"])
+        if self.speculate_draft < 1:
+            raise EngineError("speculate_draft must be at least 1")
         if self.speculate != "off" and self.determinism == "serial":
             raise EngineError("--speculate verifies drafts in one decode: it needs "
                               "--determinism exact (or fast), not serial")

@@ -31,8 +31,10 @@ KIND = EngineKind(
         Option("speculate_policy", "str", "adaptive", choices=("adaptive", "always"),
                help="llamacpp --speculate: adaptive (default: drafts where the measured "
                     "price of verifying and the recent acceptance promise a gain, one "
-                    "stream at a time) or always (every draft found, up to 8 tokens: for "
+                    "stream at a time) or always (every draft found, up to --speculate-draft: for "
                     "measuring)"),
+        Option("speculate_draft", "int", 8, metavar="N",
+               help="llamacpp --speculate: drafted tokens a step, at most (default 8)"),
     ),
     capabilities=Capabilities(model_files="gguf", constrains=True),
     install_hint="pip install 'tokenpipe[llamacpp]'",

@@ -30,13 +30,13 @@ from dataclasses import dataclass, field, replace
 
 import llama_cpp as lc
 
-from ...types import EngineEvent, EngineText
+from ...types import EngineEvent, EngineFinish, EngineText
 from .next_token import next_token
 from .slots import Seq
 from .vocab import Vocab
 
 NGRAMS = (3, 2, 1)  # the suffix lengths looked up, longest first
-DRAFT_MAX = 8  # drafted tokens a step, at most
+DRAFT_MAX = 8  # drafted tokens a step, at most (the default of --speculate-draft)
 POLICIES = ("adaptive", "always")
 PROBE_EVERY = 32  # steps without a draft before one is tried again (price, acceptance)
 _MARGIN = 1.05  # a draft must promise this much over plain decoding
@@ -97,6 +97,7 @@ class Speculation:
 
     lookup: Lookup
     policy: str = "adaptive"
+    most: int = DRAFT_MAX  # drafted tokens a step, at most
     draft: list[int] = field(default_factory=list)  # this step's, being verified
     drafted: int = 0
     accepted: int = 0
@@ -105,7 +106,7 @@ class Speculation:
 
     def plan(self, limit: int, cost: VerifyCost) -> list[int]:
         """This step's draft (also kept in .draft), at most `limit` tokens."""
-        limit = min(limit, DRAFT_MAX)
+        limit = min(limit, self.most)
         draft = self.lookup.draft(limit) if limit > 0 else []
         if draft and self.policy == "adaptive":
             draft = draft[: self._length(len(draft), cost)]
@@ -130,15 +131,16 @@ class Speculation:
         self.rate = 0.7 * self.rate + 0.3 * (accepted / drafted)
 
 
-def start(seq: Seq, policy: str) -> None:
+def start(seq: Seq, policy: str, most: int) -> None:
     """Gives seq a Speculation over its prompt."""
-    seq.spec = Speculation(Lookup(seq.prompt), policy)
+    seq.spec = Speculation(Lookup(seq.prompt), policy, most)
 
 
 def produce(seq: Seq, vocab: Vocab) -> tuple[list[EngineEvent | BaseException], bool]:
     """next_token for each of seq's rows of the last decode, in order, while the sampled
     token is the drafted one; removes the cells of the drafted tokens that were not. The
-    first text event carries the step's drafted and accepted counts."""
+    step's first text event carries its drafted and accepted counts (an empty one where
+    the step made no text), the finish the sequence's."""
     spec = seq.spec
     if spec is None:
         return next_token(seq, vocab)
@@ -164,10 +166,15 @@ def produce(seq: Seq, vocab: Vocab) -> tuple[list[EngineEvent | BaseException], 
         seq.n_past -= drop
         lc.llama_memory_seq_rm(seq.tier.context.mem, seq.slot, seq.n_past, -1)
         del seq.tier.slots.cached[seq.slot][-drop:]
+    carried = False
     for i, item in enumerate(items):
-        if isinstance(item, EngineText):
-            items[i] = replace(item, drafted=len(draft), accepted=accepted)
-            break
+        if isinstance(item, EngineText) and not carried:
+            items[i], carried = replace(item, drafted=len(draft), accepted=accepted), True
+        elif isinstance(item, EngineFinish):  # made before this step was counted
+            items[i] = replace(item, usage=replace(item.usage, drafted_tokens=spec.drafted,
+                                                   accepted_tokens=spec.accepted))
+    if not carried:  # the step ended the answer without text: the counts go alone
+        items.insert(0, EngineText("", tokens=0, drafted=len(draft), accepted=accepted))
     return items, ended
 
 
