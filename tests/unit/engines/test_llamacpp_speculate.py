@@ -23,7 +23,7 @@ import llama_cpp as lc
 from tests.conftest import THREADS
 from tokenpipe.engines.base import EngineOptions
 from tokenpipe.engines.llamacpp import LlamaCppEngine
-from tokenpipe.engines.llamacpp.speculate import Lookup
+from tokenpipe.engines.llamacpp.speculate import Lookup, Speculation, VerifyCost
 from tokenpipe.errors import EngineError
 from tokenpipe.types import (
     EngineFinish,
@@ -176,3 +176,29 @@ async def test_a_grammar_rejects_a_draft_it_forbids(engine: LlamaCppEngine) -> N
 def test_speculation_needs_one_decode_for_its_rows() -> None:
     with pytest.raises(EngineError, match="determinism exact"):
         LlamaCppEngine(EngineOptions().with_values(speculate="ngram", determinism="serial"))
+
+
+def test_the_lookup_drafts_what_followed_the_longest_suffix_seen_before() -> None:
+    lookup = Lookup([1, 2, 3, 4, 5, 9, 2, 3, 7, 3])
+    assert lookup.draft(3) == [7, 3]  # "3" last came before "7 3" (no longer suffix)
+    lookup.append(4)  # "3 4" occurred at the start
+    assert lookup.draft(3) == [5, 9, 2]
+    assert Lookup([1, 2, 3]).draft(4) == []
+
+
+def test_the_adaptive_policy_drafts_only_where_the_price_and_acceptance_pay() -> None:
+    tokens = [5, 6, 7, 8, 9, 10, 11, 12, 13, 5]  # "5" is followed by 8 known tokens
+    cheap, dear = VerifyCost(), VerifyCost()
+    for rows in range(1, 10):
+        cheap.record(rows, 0.010 + 0.001 * (rows - 1))  # weights read once: rows nearly free
+        dear.record(rows, 0.010 * rows * 1.2)  # this CPU: each row costs more than one alone
+    assert len(Speculation(Lookup(tokens), rate=0.95).plan(8, cheap)) == 8
+    assert 0 < len(Speculation(Lookup(tokens), rate=0.7).plan(8, cheap)) < 8  # shorter pays
+    assert Speculation(Lookup(tokens)).plan(8, dear) == []
+    doubtful = Speculation(Lookup(tokens), rate=0.05)  # its drafts were rarely taken
+    assert doubtful.plan(8, cheap) == []
+    assert Speculation(Lookup(tokens), policy="always").plan(8, dear) == tokens[1:9]
+    unpriced = VerifyCost()
+    unpriced.record(1, 0.010)
+    unpriced.record(3, 0.030)  # 2 drafts cost 3 rows: every width is priced from it
+    assert Speculation(Lookup(tokens)).plan(8, unpriced) == []

@@ -300,3 +300,15 @@ class LlamaCppEngine(DecodeThread, Engine):
         engine = cls(replace(options, parallel=max(sizes)))
         return decode_steps.time_decode_steps(engine, sizes, rounds=rounds, steps=steps,
                                               prompt_tokens=prompt_tokens)
+
+    @classmethod
+    def time_verify_steps(cls, options: EngineOptions, widths: Sequence[int], *,
+                          rounds: int = 5, steps: int = 8, prompt_tokens: int = 256
+                          ) -> dict[int, list[float]]:
+        """Seconds per llama_decode of w rows of one sequence (its next token and w - 1
+        drafted ones, each with logits, as --speculate verifies them) after a prompt of
+        `prompt_tokens`, for every w in widths (A B A B over rounds); the rows are removed
+        after each. Loads an engine of its own and frees it at the end."""
+        engine = cls(replace(options, parallel=1))
+        return decode_steps.time_verify_steps(engine, widths, rounds=rounds, steps=steps,
+                                              prompt_tokens=prompt_tokens)

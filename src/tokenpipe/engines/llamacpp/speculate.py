@@ -38,7 +38,7 @@ from .vocab import Vocab
 NGRAMS = (3, 2, 1)  # the suffix lengths looked up, longest first
 DRAFT_MAX = 8  # drafted tokens a step, at most (the default of --speculate-draft)
 POLICIES = ("adaptive", "always")
-PROBE_EVERY = 32  # steps without a draft before one is tried again (price, acceptance)
+PROBE_EVERY = 256  # steps without a draft before a short one is tried (price, acceptance)
 _MARGIN = 1.05  # a draft must promise this much over plain decoding
 
 
@@ -83,12 +83,20 @@ class VerifyCost:
         self._seconds[rows] = seconds if old is None else 0.8 * old + 0.2 * seconds
 
     def ratio(self, rows: int) -> float:
-        """A step of `rows` against one of one row; before both are measured, an
-        optimistic guess (weights read once for every row) so that a draft is tried."""
-        one, many = self._seconds.get(1), self._seconds.get(rows)
-        if one is None or many is None:
+        """A step of `rows` against one of one row. A width not measured yet takes the
+        price of each added row from the nearest measured width; before any, an optimistic
+        guess (weights read once for every row), so that a draft is tried and priced."""
+        one = self._seconds.get(1)
+        if one is None:
             return 1.0 + 0.1 * (rows - 1)
-        return many / one
+        many = self._seconds.get(rows)
+        if many is not None:
+            return many / one
+        measured = [w for w in self._seconds if w > 1]
+        if not measured:
+            return 1.0 + 0.1 * (rows - 1)
+        near = min(measured, key=lambda w: abs(w - rows))
+        return 1.0 + (self._seconds[near] / one - 1.0) * (rows - 1) / (near - 1)
 
 
 @dataclass(eq=False)
