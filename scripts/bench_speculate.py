@@ -10,7 +10,9 @@ Each system is a server of its own, started for its turn and stopped after it (n
 decoding at once), with the bundled model, the same threads, one stream. Every prompt
 (scripts/bench/speculate.json) is sent once a round through /v1/chat/completions, streamed;
 a prompt's rate is its tokens after the first over the time from the first to the last.
-It prints each system's median rate per workload, its ratio to tokenpipe plain, the drafts
+It prints each system's median rate per workload, its ratio to tokenpipe plain, the rate
+over all its answers together (tokens over time: drafts make some answers much faster than
+others), the drafts
 and their acceptance, and how many answers equal tokenpipe plain's (llama-server's to its
 own plain answers). --price loads the engine in-process and times one llama_decode of w
 rows of one sequence against one row (what verifying w - 1 drafted tokens costs)."""
@@ -88,11 +90,13 @@ class Server:
 
 def ask(url: str, prompt: str, max_tokens: int) -> dict[str, Any]:
     """One streamed greedy answer: its text, tokens, decode rate, drafted and accepted."""
-    body = {"model": "m", "messages": [{"role": "user", "content": prompt}],
+    body = {"model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": prompt}],
             "max_tokens": max_tokens, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}}
     text, stamps, usage, timings = [], [], None, None
     with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=600) as r:
+        if r.status_code != 200:
+            raise RuntimeError(f"{url}: {r.status_code} {r.read().decode()[:300]}")
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
@@ -112,7 +116,7 @@ def ask(url: str, prompt: str, max_tokens: int) -> dict[str, Any]:
         drafted, accepted = timings.get("draft_n", 0), timings.get("draft_n_accepted", 0)
     span = stamps[-1] - stamps[0] if len(stamps) > 1 else 0.0
     return {"text": "".join(text), "tokens": tokens, "drafted": drafted, "accepted": accepted,
-            "rate": (tokens - 1) / span if span > 0 else 0.0}
+            "rate": (tokens - 1) / span if span > 0 else 0.0, "span": span}
 
 
 def bench(args: argparse.Namespace) -> None:
@@ -148,7 +152,9 @@ def bench(args: argparse.Namespace) -> None:
             own = plain["llama-server" if name.startswith("llama") else "tokenpipe"]
             same = sum(a["text"] == b["text"] for a, b in zip(runs, own, strict=False))
             share = f"{accepted / drafted:.2f}" if drafted else "-"
-            print(f"  {name:24s} {rate:6.1f} tok/s  {rate / base:4.2f}x  {tokens:5d} tokens"
+            whole = (sum(r["tokens"] - 1 for r in runs) / sum(r["span"] for r in runs))
+            print(f"  {name:24s} {rate:6.1f} tok/s  {rate / base:4.2f}x  (all answers "
+                  f"{whole:6.1f} tok/s)  {tokens:5d} tokens"
                   f"  drafted {drafted:5d} accepted {accepted:5d} ({share})"
                   f"  same answer {same}/{len(runs)}")
 

@@ -82,19 +82,17 @@ class VerifyCost:
         old = self._seconds.get(rows)
         self._seconds[rows] = seconds if old is None else 0.8 * old + 0.2 * seconds
 
-    def ratio(self, rows: int) -> float:
-        """A step of `rows` against one of one row. A width not measured yet takes the
-        price of each added row from the nearest measured width; before any, an optimistic
-        guess (weights read once for every row), so that a draft is tried and priced."""
+    def ratio(self, rows: int) -> float | None:
+        """A step of `rows` against one of one row; a width not measured yet takes the
+        price of each added row from the nearest measured width. None until one row and
+        some wider step are both measured."""
         one = self._seconds.get(1)
-        if one is None:
-            return 1.0 + 0.1 * (rows - 1)
+        measured = [w for w in self._seconds if w > 1]
+        if one is None or not measured:
+            return None
         many = self._seconds.get(rows)
         if many is not None:
             return many / one
-        measured = [w for w in self._seconds if w > 1]
-        if not measured:
-            return 1.0 + 0.1 * (rows - 1)
         near = min(measured, key=lambda w: abs(w - rows))
         return 1.0 + (self._seconds[near] / one - 1.0) * (rows - 1) / (near - 1)
 
@@ -123,12 +121,14 @@ class Speculation:
         return draft
 
     def _length(self, most: int, cost: VerifyCost) -> int:
+        if cost.ratio(2) is None:  # not priced yet: a short draft, then a step without
+            return 0 if self.idle == 0 and self.drafted else min(most, 2)
         if self.idle >= PROBE_EVERY:  # measure again: the machine or the text may differ
             return min(most, 2)
         a = min(self.rate, 0.99)
         best, best_gain = 0, _MARGIN
         for k in range(1, most + 1):
-            gain = (1 - a ** (k + 1)) / (1 - a) / cost.ratio(k + 1)
+            gain = (1 - a ** (k + 1)) / (1 - a) / (cost.ratio(k + 1) or 1.0)
             if gain > best_gain:
                 best, best_gain = k, gain
         return best
