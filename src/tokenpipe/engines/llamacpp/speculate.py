@@ -24,7 +24,9 @@ beat what its rows cost against one. With several sequences decoding, nothing is
 
 from __future__ import annotations
 
+import statistics
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -40,6 +42,7 @@ DRAFT_MAX = 8  # drafted tokens a step, at most (the default of --speculate-draf
 POLICIES = ("adaptive", "always")
 PROBE_EVERY = 256  # steps without a draft before a short one is tried (price, acceptance)
 _MARGIN = 1.05  # a draft must promise this much over plain decoding
+_KEPT = 15  # steps of each width whose median prices it
 
 
 class Lookup:
@@ -72,15 +75,18 @@ class Lookup:
 
 
 class VerifyCost:
-    """Seconds a llama_decode of w rows of one sequence takes (w = 1: plain decoding), as
-    an exponential average of the engine's own steps. Owned by the decode thread."""
+    """Seconds a llama_decode of w rows of one sequence takes (w = 1: plain decoding): the
+    median of the engine's last steps of that width (a loaded machine's spikes do not move
+    it much). Owned by the decode thread."""
 
     def __init__(self) -> None:
-        self._seconds: dict[int, float] = {}
+        self._steps: dict[int, deque[float]] = {}
+        self._seconds: dict[int, float] = {}  # the medians, kept current
 
     def record(self, rows: int, seconds: float) -> None:
-        old = self._seconds.get(rows)
-        self._seconds[rows] = seconds if old is None else 0.8 * old + 0.2 * seconds
+        steps = self._steps.setdefault(rows, deque(maxlen=_KEPT))
+        steps.append(seconds)
+        self._seconds[rows] = statistics.median(steps)
 
     def ratio(self, rows: int) -> float | None:
         """A step of `rows` against one of one row; a width not measured yet takes the
