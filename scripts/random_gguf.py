@@ -1,8 +1,8 @@
 """A GGUF of a larger llama shape with random weights, to price kernels on it (issue 33:
 what verifying k drafted tokens costs on a 1B shape). Its answers are noise; its timings
 are the shape's. The tokenizer and chat template are the bundled model's; the weights are
-Q4_1 (as the bundled model's), the tied embedding Q8_0, written as raw blocks (random
-quants, one fixed scale), so no quantization runs.
+Q4_1 (as the bundled model's; --type Q4_0 or Q8_0), the tied embedding Q8_0, written as
+raw blocks (random quants, one fixed scale), so no quantization runs.
 
     python scripts/random_gguf.py /tmp/llama-1b-random.gguf      # Llama-3.2-1B's shape
     python scripts/bench_speculate.py --price --model /tmp/llama-1b-random.gguf
@@ -21,11 +21,14 @@ Q = gguf.GGMLQuantizationType
 
 
 def blocks(rows: int, cols: int, kind: Q, rng: np.random.Generator) -> np.ndarray:
-    """rows x cols weights as raw blocks of `kind` (Q4_1 or Q8_0): random quants, a small
-    fixed scale (and minimum), so every value is finite."""
+    """rows x cols weights as raw blocks of `kind` (Q4_0, Q4_1 or Q8_0): random quants, a
+    small fixed scale (and minimum), so every value is finite."""
     per = cols // 32
     if kind == Q.Q4_1:
         head = np.array([0.01, -0.08], dtype=np.float16).view(np.uint8)  # d, m
+        quants = rng.integers(0, 256, size=(rows, per, 16), dtype=np.uint8)
+    elif kind == Q.Q4_0:
+        head = np.array([0.01], dtype=np.float16).view(np.uint8)  # d
         quants = rng.integers(0, 256, size=(rows, per, 16), dtype=np.uint8)
     else:
         head = np.array([0.01], dtype=np.float16).view(np.uint8)  # d
@@ -42,6 +45,8 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--kv-heads", type=int, default=8)
     ap.add_argument("--ff", type=int, default=8192)
+    ap.add_argument("--type", choices=("Q4_0", "Q4_1", "Q8_0"), default="Q4_1",
+                    help="the layers' weights (default Q4_1, as the bundled model's)")
     args = ap.parse_args()
     source = gguf.GGUFReader(str(bundled_model_path()))
 
@@ -61,7 +66,8 @@ def main() -> None:
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_rope_dimension_count(args.embd // args.heads)
     writer.add_vocab_size(int(field("llama.vocab_size")))  # type: ignore[call-overload]
-    writer.add_file_type(3)  # mostly Q4_1
+    weights = Q[args.type]
+    writer.add_file_type({"Q4_0": 2, "Q4_1": 3, "Q8_0": 7}[args.type])  # llama_ftype
     writer.add_tokenizer_model(str(field("tokenizer.ggml.model")))
     writer.add_tokenizer_pre(str(field("tokenizer.ggml.pre")))
     writer.add_token_list(field("tokenizer.ggml.tokens"))  # type: ignore[arg-type]
@@ -82,8 +88,8 @@ def main() -> None:
                                  ("attn_v", kv, embd), ("attn_output", embd, embd),
                                  ("ffn_gate", ff, embd), ("ffn_up", ff, embd),
                                  ("ffn_down", embd, ff)):
-            writer.add_tensor(f"blk.{i}.{name}.weight", blocks(rows, cols, Q.Q4_1, rng),
-                              raw_dtype=Q.Q4_1)
+            writer.add_tensor(f"blk.{i}.{name}.weight", blocks(rows, cols, weights, rng),
+                              raw_dtype=weights)
         for norm in ("attn_norm", "ffn_norm"):
             writer.add_tensor(f"blk.{i}.{norm}.weight", np.ones(embd, dtype=np.float32))
     writer.write_header_to_file()
