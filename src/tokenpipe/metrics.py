@@ -33,6 +33,12 @@ class Metrics:
                                  "by API", TOKEN_GAP_BUCKETS, r)
         self.tokens = Counter("tokenpipe_tokens_generated",
                               "Completion tokens generated, by API", ["api"], registry=r)
+        self.drafted = Counter("tokenpipe_draft_tokens",
+                               "Tokens drafted by speculative decoding, by API", ["api"],
+                               registry=r)
+        self.accepted = Counter("tokenpipe_draft_tokens_accepted",
+                                "Drafted tokens the answers took, by API", ["api"],
+                                registry=r)
         self.prompt_tokens = Counter("tokenpipe_prompt_tokens",
                                      "Prompt tokens of admitted generations, by API", ["api"],
                                      registry=r)

@@ -284,6 +284,9 @@ class Scheduler:
             return
         api = session.api
         m.tokens.labels(api).inc(usage.completion_tokens)
+        if usage.drafted_tokens:
+            m.drafted.labels(api).inc(usage.drafted_tokens)
+            m.accepted.labels(api).inc(usage.accepted_tokens)
         if session.started_at is not None:
             m.prompt_tokens.labels(api).inc(usage.prompt_tokens)
         if session.first_token_at is not None:
@@ -337,6 +340,9 @@ class Scheduler:
             last = 0.0  # the first text has no gap before it (that is time to first token)
             async for event in stream:
                 if isinstance(event, EngineText):
+                    if event.drafted:  # counted as they come: a stop string ends it early
+                        session.drafted_tokens += event.drafted
+                        session.accepted_tokens += event.accepted
                     if itl is not None and event.text:
                         now = time.perf_counter()
                         if last:

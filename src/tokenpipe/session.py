@@ -69,6 +69,8 @@ class GenerationSession:
         self.completion_tokens = 0
         self.cached_tokens = 0
         self.reasoning_tokens = 0
+        self.drafted_tokens = 0  # speculative decoding's drafts, and those the answer took
+        self.accepted_tokens = 0
         self.created = time.perf_counter()
         self.started_at: float | None = None
         self.first_token_at: float | None = None
@@ -193,6 +195,8 @@ class GenerationSession:
         if self.final is None:
             self.final = final
             self.completion_tokens = final.usage.completion_tokens
+            self.drafted_tokens = final.usage.drafted_tokens
+            self.accepted_tokens = final.usage.accepted_tokens
             self._end()
 
     def bind_cancel(self, cancel: Callable[[], object]) -> None:
@@ -236,7 +240,7 @@ class GenerationSession:
 
     def usage(self) -> Usage:
         return Usage(self.prompt_tokens or 0, self.completion_tokens, self.cached_tokens,
-                     self.reasoning_tokens)
+                     self.reasoning_tokens, self.drafted_tokens, self.accepted_tokens)
 
     @property
     def next_seq(self) -> int:

@@ -148,6 +148,10 @@ class Usage:
     completion_tokens: int
     cached_tokens: int = 0  # prompt tokens whose KV came from a cache, not decoded again
     reasoning_tokens: int = 0  # completion tokens spent in a thinking section
+    # speculative decoding (llama.cpp --speculate): tokens drafted, and of those, tokens
+    # the answer took (each one a completion token too)
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -203,6 +207,9 @@ class EngineText:
     logprobs: tuple[TokenLogprob, ...] = ()
     # the ids of the tokens this piece counts, where the engine knows them
     token_ids: tuple[int, ...] = ()
+    # speculative decoding: tokens drafted in the step that made this text, and accepted
+    drafted: int = 0
+    accepted: int = 0
 
 
 @dataclass(frozen=True, slots=True)

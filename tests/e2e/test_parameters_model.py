@@ -112,7 +112,9 @@ async def test_end_usage_on_the_websocket_carries_the_same_details(
     assert gen.end is not None
     usage = gen.end["usage"]
     assert usage["prompt_tokens_details"]["cached_tokens"] == usage["prompt_tokens"] - 1
-    assert usage["completion_tokens_details"] == {"reasoning_tokens": 0}
+    assert usage["completion_tokens_details"] == {"reasoning_tokens": 0,
+                                                  "accepted_prediction_tokens": 0,
+                                                  "rejected_prediction_tokens": 0}
 
 
 def test_a_prompt_too_long_for_the_context_names_messages(model_server: ServerProcess) -> None:

@@ -62,7 +62,8 @@ async def test_generate_streams_start_deltas_end(fake_server: ServerProcess) -> 
     end = frames[-1]
     assert end["finish_reason"] == "stop"
     assert end["usage"]["completion_tokens"] > 0
-    assert set(end["timing"]) == {"queue_ms", "ttft_ms", "total_ms", "tokens_per_s"}
+    assert set(end["timing"]) == {"queue_ms", "ttft_ms", "total_ms", "tokens_per_s",
+                                  "drafted_tokens", "accepted_tokens"}
 
 
 async def test_many_generations_multiplex_on_one_socket(fake_server: ServerProcess) -> None:

@@ -356,9 +356,14 @@ def event_frame(stream_id: str, event: Event) -> dict[str, Any]:
                       "completion_tokens": event.usage.completion_tokens,
                       "prompt_tokens_details": {"cached_tokens": event.usage.cached_tokens},
                       "completion_tokens_details": {
-                          "reasoning_tokens": event.usage.reasoning_tokens}},
+                          "reasoning_tokens": event.usage.reasoning_tokens,
+                          "accepted_prediction_tokens": event.usage.accepted_tokens,
+                          "rejected_prediction_tokens": event.usage.drafted_tokens
+                          - event.usage.accepted_tokens}},
             "timing": {"queue_ms": t.queue_ms, "ttft_ms": t.ttft_ms, "total_ms": t.total_ms,
-                       "tokens_per_s": t.tokens_per_s},
+                       "tokens_per_s": t.tokens_per_s,
+                       "drafted_tokens": event.usage.drafted_tokens,
+                       "accepted_tokens": event.usage.accepted_tokens},
         }
     return error_of(event.error, stream_id)
 

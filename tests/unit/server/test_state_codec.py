@@ -22,7 +22,7 @@ from tokenpipe.session import (
 )
 from tokenpipe.types import FinishReason, Part, Timing, TokenLogprob, Usage
 
-USAGE = Usage(12, 30, 4, 2)
+USAGE = Usage(12, 30, 4, 2, drafted_tokens=9, accepted_tokens=6)
 EVENTS = [
     Queued(3), Queued(0, loading=True), Started("m", 12, "tok"), Started("m", None, None),
     Progress(512, 2048), Delta(0, "héllo 🎉"), Delta(1, "", "tool_call", 1, "call_1", "f"),

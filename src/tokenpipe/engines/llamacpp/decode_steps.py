@@ -1,5 +1,6 @@
-"""llama.cpp alone, for `tokenpipe bench --decode-steps`: what batching can gain on this
-machine and model, before any server code."""
+"""llama.cpp alone, for `tokenpipe bench --decode-steps` (what batching can gain on this
+machine and model, before any server code) and scripts/bench_speculate.py --price (what
+verifying drafted tokens costs)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,40 @@ def time_decode_steps(engine: LlamaCppEngine, sizes: Sequence[int], *, rounds: i
                 for s in range(k):  # back to the prompt: every k sees the same positions
                     lc.llama_memory_seq_rm(context.mem, s, prompt_tokens, -1)
                     pos[s] = prompt_tokens
+        return times
+    finally:
+        engine._free_context()
+
+
+def time_verify_steps(engine: LlamaCppEngine, widths: Sequence[int], *, rounds: int,
+                      steps: int, prompt_tokens: int) -> dict[int, list[float]]:
+    """LlamaCppEngine.time_verify_steps: loads `engine` (not started), times, frees it."""
+    engine._load()
+    try:
+        context = engine._tiers[0].context
+        ctx, batch, vocab = context.ctx, context.batch, engine._vocab.n_tokens
+        if prompt_tokens + max(widths) > context.context_tokens:
+            raise EngineError(f"{prompt_tokens + max(widths)} tokens do not fit the context")
+
+        def decode(first: int, count: int) -> None:
+            for i in range(count):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = (
+                    (7 + 13 * (first + i)) % vocab, first + i, 1)
+                batch.seq_id[i][0], batch.logits[i] = 0, True
+            batch.n_tokens = count
+            if lc.llama_decode(ctx, batch) != 0:
+                raise EngineError("llama_decode failed")
+
+        decode(0, prompt_tokens)
+        times: dict[int, list[float]] = {w: [] for w in widths}
+        for _ in range(rounds):
+            for w in widths:
+                for _ in range(steps):
+                    start = time.perf_counter()
+                    decode(prompt_tokens, w)
+                    lc.llama_get_logits_ith(ctx, w - 1)
+                    times[w].append(time.perf_counter() - start)
+                    lc.llama_memory_seq_rm(context.mem, 0, prompt_tokens, -1)  # drafts gone
         return times
     finally:
         engine._free_context()

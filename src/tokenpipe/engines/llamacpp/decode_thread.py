@@ -1,7 +1,8 @@
 """The llama.cpp engine's decode thread: it owns the contexts, admits waiting sequences
 into their KV tier (tiers.py) and slot (slots.py), plans each step's rows (one token per
 decoding sequence plus a chunk of at most one waiting prompt), runs one llama_decode a tier,
-hands each step's events to the event loop at once, opens the shared tier when a sequence
+hands each step's events to the event loop at once (with --speculate, a lone decoding
+sequence's drafted tokens ride in its step: speculate.py), opens the shared tier when a sequence
 first needs it and frees it once idle, and recovers from a fault with fresh contexts.
 LlamaCppEngine (engine.py) inherits it; what it reads of the engine is declared
 below."""
@@ -21,10 +22,11 @@ from ...errors import EngineError, EngineUnavailable
 from ...types import EngineEvent, EngineProgress
 from ..base import EngineInfo, drain, hand_over, opens_thinking
 from ..prefill import prefill_of
-from .next_token import next_token
+from . import speculate
 from .progress import progress
 from .sampler import make_sampler
 from .slots import Seq
+from .speculate import VerifyCost, produce, timed_decode
 from .tiers import Tier, move_prefix, tier_for
 from .vocab import Vocab
 
@@ -51,6 +53,10 @@ class DecodeThread:
     _guides: OnFirstUse[Guides]
     _batch_cap: int
     shared_tier_keep_alive: float
+    speculate: str  # "off" or "ngram"
+    speculate_policy: str  # speculate.POLICIES
+    speculate_draft: int  # drafted tokens a step, at most
+    _verify_cost: VerifyCost
 
     def _new_context(self) -> None:
         raise NotImplementedError  # engine.py: fresh contexts for the loaded model
@@ -179,6 +185,8 @@ class DecodeThread:
         grammar = grammar_for(request, inside=opens_thinking(seq.prepared))
         if grammar is not None:  # checked in prepare(): compiled and cached
             seq.guide = self._guides.result().start(*grammar, prefill=prefill_of(request) or "")
+        if self.speculate == "ngram":
+            speculate.start(seq, self.speculate_policy, self.speculate_draft)
         return True
 
     def _release(self, seq: Seq) -> None:
@@ -213,6 +221,10 @@ class DecodeThread:
                 seq.tier.slots.take_from_donor(seq)
             if not seq.todo:
                 rows.append((seq, seq.last, seq.n_past, True))
+        if len(rows) == 1 and rows[0][0].spec is not None:  # drafts pay for a lone sequence
+            seq = rows[0][0]
+            draft = seq.spec.plan(seq.max_tokens - seq.generated - 1, self._verify_cost)
+            rows.extend((seq, token, seq.n_past + 1 + j, True) for j, token in enumerate(draft))
         budget = self._batch_cap - len(rows)
         if rows:
             budget = min(budget, PROMPT_CHUNK)
@@ -233,13 +245,19 @@ class DecodeThread:
         (or the error)."""
         tier = rows[0][0].tier
         batch = tier.context.batch
+        previous: Seq | None = None  # the last row's sequence, if that row wants logits
         for i, (seq, token, pos, logits) in enumerate(rows):
             batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, pos, 1
             batch.seq_id[i][0], batch.logits[i] = seq.slot, logits
-            if logits:
+            if logits and seq is not previous:  # a sequence's first row with logits
                 seq.batch_index = i
+            previous = seq if logits else None
         batch.n_tokens = len(rows)
-        rc = lc.llama_decode(tier.context.ctx, batch)
+        # the price of verifying drafts: steps of one decoding sequence, timed
+        lone = rows[0][0].spec is not None and all(row[0] is rows[0][0] and row[3]
+                                                   for row in rows)
+        rc = timed_decode(self._verify_cost if lone else None, len(rows),
+                          tier.context.ctx, batch)
         outbox: list[tuple[Seq, list[EngineEvent | BaseException]]] = []
         if rc != 0:
             error = EngineError(f"llama_decode failed with code {rc}")
@@ -253,11 +271,10 @@ class DecodeThread:
         for seq, token, _, _ in rows:
             cached[seq.slot].append(token)
             seq.n_past += 1
-        for seq, _, _, logits in rows:
-            if logits:
-                items, ended = next_token(seq, self._vocab)
-                if ended:
-                    active.remove(seq)
-                    self._release(seq)
-                outbox.append((seq, items))
+        for seq in dict.fromkeys(row[0] for row in rows if row[3]):
+            items, ended = produce(seq, self._vocab)  # drafts verified in order
+            if ended:
+                active.remove(seq)
+                self._release(seq)
+            outbox.append((seq, items))
         return outbox

@@ -49,6 +49,7 @@ try:
     from .embed import EMBED_WINDOW, Embedder, EmbedWorker
     from .kind import KIND
     from .slots import Seq, Slots
+    from .speculate import VerifyCost
     from .tiers import Tier, default_cells, layout, per_sequence
     from .vocab import Vocab
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
@@ -75,6 +76,18 @@ class LlamaCppEngine(DecodeThread, Engine):
                               f"not {own['determinism']!r}")
         self.determinism: str = own["determinism"]
         self.kv_cache: str = own["kv_cache"]
+        self.speculate: str = own["speculate"]
+        self.speculate_policy: str = own["speculate_policy"]
+        self.speculate_draft = int(own["speculate_draft"])
+        if self.speculate_draft < 1:
+            raise EngineError("speculate_draft must be at least 1")
+        if self.speculate != "off" and self.determinism == "serial":
+            raise EngineError("--speculate verifies drafts in one decode: it needs "
+                              "--determinism exact (or fast), not serial")
+        if self.speculate != "off" and self.determinism == "fast":
+            log.warning("--speculate under --determinism fast: llama.cpp's kernels for "
+                        "several rows differ from one row's, so answers may change")
+        self._verify_cost = VerifyCost()
         # seconds the shared tier's cells stay allocated while unused (< 0: always)
         self.shared_tier_keep_alive = float(own["shared_tier_keep_alive"])
         self.rows_exact: bool | None = None  # the load-time check's verdict (None: not run)
@@ -289,4 +302,16 @@ class LlamaCppEngine(DecodeThread, Engine):
         frees it at the end; run it while nothing else uses the cores."""
         engine = cls(replace(options, parallel=max(sizes)))
         return decode_steps.time_decode_steps(engine, sizes, rounds=rounds, steps=steps,
+                                              prompt_tokens=prompt_tokens)
+
+    @classmethod
+    def time_verify_steps(cls, options: EngineOptions, widths: Sequence[int], *,
+                          rounds: int = 5, steps: int = 8, prompt_tokens: int = 256
+                          ) -> dict[int, list[float]]:
+        """Seconds per llama_decode of w rows of one sequence (its next token and w - 1
+        drafted ones, each with logits, as --speculate verifies them) after a prompt of
+        `prompt_tokens`, for every w in widths (A B A B over rounds); the rows are removed
+        after each. Loads an engine of its own and frees it at the end."""
+        engine = cls(replace(options, parallel=1))
+        return decode_steps.time_verify_steps(engine, widths, rounds=rounds, steps=steps,
                                               prompt_tokens=prompt_tokens)

@@ -23,6 +23,18 @@ KIND = EngineKind(
                     "than a split stream) are allocated when one first needs them and "
                     "freed after they are unused this long (\"5m\", 300; default 5m; -1: "
                     "allocated at start, never freed)"),
+        Option("speculate", "str", "off", choices=("off", "ngram"), model_key="speculate",
+               help="llamacpp: speculative decoding; ngram drafts tokens from the prompt "
+                    "and the answer so far (no second model) and verifies them in one "
+                    "decode: under --determinism exact the answer stays the same, greedy "
+                    "or seeded; see docs/determinism.md (default off)"),
+        Option("speculate_policy", "str", "adaptive", choices=("adaptive", "always"),
+               help="llamacpp --speculate: adaptive (default: drafts where the measured "
+                    "price of verifying and the recent acceptance promise a gain, one "
+                    "stream at a time) or always (every draft found, up to --speculate-draft: for "
+                    "measuring)"),
+        Option("speculate_draft", "int", 8, metavar="N",
+               help="llamacpp --speculate: drafted tokens a step, at most (default 8)"),
     ),
     capabilities=Capabilities(model_files="gguf", constrains=True),
     install_hint="pip install 'tokenpipe[llamacpp]'",

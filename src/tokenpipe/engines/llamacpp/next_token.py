@@ -58,5 +58,7 @@ def next_token(seq: Seq, vocab: Vocab) -> tuple[list[EngineEvent | BaseException
     if tail or seq.logprobs:
         items.append(EngineText(tail, tokens=0, logprobs=tuple(seq.logprobs)))
         seq.logprobs.clear()
-    items.append(EngineFinish(finish, Usage(len(seq.prompt), seq.generated, seq.cached)))
+    items.append(EngineFinish(finish, Usage(len(seq.prompt), seq.generated, seq.cached,
+                                             drafted_tokens=seq.drafted,
+                                             accepted_tokens=seq.accepted)))
     return items, True

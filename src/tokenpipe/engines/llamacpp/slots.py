@@ -51,6 +51,9 @@ class Seq:
     share: int = 0  # how many prompt tokens it copies from the donor
     cached: int = 0  # prompt tokens taken from a cache (its slot's or a donor's)
     logprobs: list[TokenLogprob] = field(default_factory=list)  # until their text is whole
+    spec: Any = None  # its drafts (speculate.Speculation) when the engine speculates
+    drafted: int = 0  # tokens drafted for it, and of those, tokens its answer took
+    accepted: int = 0
 
 
 class Slots:

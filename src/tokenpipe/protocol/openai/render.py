@@ -43,7 +43,10 @@ def usage_info(usage: Usage) -> UsageInfo:
                      prompt_tokens_details=PromptTokensDetails(
                          cached_tokens=usage.cached_tokens),
                      completion_tokens_details=CompletionTokensDetails(
-                         reasoning_tokens=usage.reasoning_tokens))
+                         reasoning_tokens=usage.reasoning_tokens,
+                         accepted_prediction_tokens=usage.accepted_tokens,
+                         rejected_prediction_tokens=usage.drafted_tokens
+                         - usage.accepted_tokens))
 
 
 # The per-token chunk is the one hot path: built once through its pydantic model with a

@@ -46,7 +46,8 @@ def total_usage(usages: list[Usage]) -> Usage:
     """The prompt once (and its cache as the first choice found it), completions summed."""
     first = usages[0]
     return Usage(first.prompt_tokens, sum(u.completion_tokens for u in usages),
-                 first.cached_tokens, sum(u.reasoning_tokens for u in usages))
+                 first.cached_tokens, sum(u.reasoning_tokens for u in usages),
+                 sum(u.drafted_tokens for u in usages), sum(u.accepted_tokens for u in usages))
 
 
 class Choice:

@@ -92,7 +92,7 @@ def _plain(event: Event) -> dict[str, Any]:
 
 def _usage(usage: Usage) -> list[int]:
     return [usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
-            usage.reasoning_tokens]
+            usage.reasoning_tokens, usage.drafted_tokens, usage.accepted_tokens]
 
 
 def _logprob(data: list[Any]) -> TokenLogprob:
