@@ -34,9 +34,10 @@ describe('the overflow offer', () => {
     expect(cut!.promptTokens + 64).toBeLessThanOrEqual(2048);
     expect((await countWith(keepEnds(text, cut!.keep + 1))) + 64).toBeGreaterThan(2048); // the longest that fits
     expect(cut!.from).toBe(10_000);
+    expect(cut!.markerTokens).toBe(await countWith(keepEnds(text, 0)));
     expect(await cutToFit(text, async () => 5000, 2048, null)).toBeNull(); // the rest alone is too long
     // room for a question: fewer characters kept in proportion
-    const shorter = shrinkCut(text, cut!, 1000, 250);
+    const shorter = shrinkCut(text, { ...cut!, promptTokens: 1050, markerTokens: 50 }, 250);
     expect(shorter.length).toBeLessThan(cut!.text.length);
     expect(shorter.startsWith('x'.repeat(Math.floor((cut!.keep * 3) / 4)))).toBe(true);
   });

@@ -57,6 +57,8 @@ export interface Cut {
   promptTokens: number;
   /** The characters the text had whole. */
   from: number;
+  /** The prompt's tokens with the marker alone: the ends kept are `promptTokens` minus it. */
+  markerTokens: number;
 }
 
 /**
@@ -79,11 +81,12 @@ export async function cutToFit(text: string, countWith: (text: string) => Promis
       best = tokens;
     } else high = mid;
   }
-  return { keep: low, text: keepEnds(text, low), promptTokens: best, from: text.length };
+  return { keep: low, text: keepEnds(text, low), promptTokens: best, from: text.length, markerTokens: none };
 }
 
 /** The same cut with `tokens` fewer tokens kept (room for a question about an attached file): the ends shrink in proportion. */
-export function shrinkCut(text: string, cut: Cut, keptTokens: number, tokens: number): string {
+export function shrinkCut(text: string, cut: Cut, tokens: number): string {
+  const keptTokens = cut.promptTokens - cut.markerTokens;
   if (keptTokens <= 0) return keepEnds(text, 0);
   return keepEnds(text, Math.floor((cut.keep * Math.max(0, keptTokens - tokens)) / keptTokens));
 }
