@@ -118,7 +118,10 @@ export function useOverflow({ latest, dispatch, ask, carry }: Options) {
             const found = await cutToFit(longest.text, countWith, limit, s.maxTokens);
             return found ? { ...found, part: longest.part, dropAll } : null;
           };
-          cut = (await tryCut(false)) ?? (turns.length ? await tryCut(true) : null);
+          // With the earlier turns kept the ends may be a few words: then they go too.
+          const keeping = await tryCut(false);
+          const alone = turns.length ? await tryCut(true) : null;
+          cut = keeping && (!alone || keeping.keep * 2 >= alone.keep) ? keeping : alone;
         }
       }
       setOffer({ action, promptTokens: tokens, limit, maxTokens: s.maxTokens, turns: sized, chosen, planTokens, fitsAlone, cut, systemPromptKept: messages[0]?.role === 'system' });
@@ -181,7 +184,7 @@ export function useOverflow({ latest, dispatch, ask, carry }: Options) {
           if (sent && pending.action.type === 'send') carry('', []);
         });
       },
-      /** The typed text to the composer as a file, cut to leave room for a question about it. */
+      /** The typed text to the composer as a file, cut to leave room for a question about it (the earlier turns dropped where the cut needs it). */
       attach() {
         const pending = offerRef.current;
         const cutting = pending?.cut;
@@ -189,6 +192,8 @@ export function useOverflow({ latest, dispatch, ask, carry }: Options) {
         const whole = pending.action.user.content;
         const text = shrinkCut(whole, cutting, QUESTION_ROOM);
         setOffer(null);
+        if (cutting.dropAll && pending.turns.length)
+          dispatch({ type: 'dropTurns', conversationId: pending.action.conversationId, messageIds: pending.turns.flatMap((t) => t.ids), now: Date.now() });
         carry('', [...(pending.action.user.attachments ?? []), { name: 'message.txt', text, ...(text.length < whole.length ? { cutFrom: whole.length } : {}) }]);
       },
       dismiss() {
