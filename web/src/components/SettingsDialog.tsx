@@ -167,6 +167,8 @@ export function SettingsDialog(props: SettingsDialogProps) {
   const dialog = useRef<HTMLDialogElement>(null);
   const [showKey, setShowKey] = useState(false);
   const [scope, setScope] = useState<'conversation' | 'defaults'>('conversation');
+  // The fields keep what is typed: after "Use the defaults again" they start anew.
+  const [resets, setResets] = useState(0);
 
   useEffect(() => {
     const el = dialog.current;
@@ -212,7 +214,14 @@ export function SettingsDialog(props: SettingsDialogProps) {
                   <p className="settings-scope-note">
                     For “{own.title}” only{own.own && Object.keys(own.own).length ? '' : ': it follows the defaults until something here is changed'}.{' '}
                     {own.own && Object.keys(own.own).length ? (
-                      <button type="button" className="button-ghost small" onClick={own.onReset}>
+                      <button
+                        type="button"
+                        className="button-ghost small"
+                        onClick={() => {
+                          own.onReset();
+                          setResets((n) => n + 1);
+                        }}
+                      >
                         Use the defaults again
                       </button>
                     ) : null}
@@ -222,7 +231,7 @@ export function SettingsDialog(props: SettingsDialogProps) {
                 )}
               </div>
             ) : null}
-            <div id="settings-fields" key={own ? 'conversation' : 'defaults'} role={conversation ? 'tabpanel' : undefined} aria-labelledby={conversation ? (own ? 'scope-conversation' : 'scope-defaults') : undefined}>
+            <div id="settings-fields" key={`${own ? 'conversation' : 'defaults'}-${resets}`} role={conversation ? 'tabpanel' : undefined} aria-labelledby={conversation ? (own ? 'scope-conversation' : 'scope-defaults') : undefined}>
             <Section title="Conversation">
               {models.length > 0 ? (
                 <div className="field">
