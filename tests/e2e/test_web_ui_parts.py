@@ -162,6 +162,10 @@ def answer_the_call(page: Page) -> None:
     call_id = card.locator(".tool-call-id").inner_text()
     send_result = called.get_by_role("button", name="Send the result")
     expect(send_result).to_be_disabled()
+    # this conversation lets the model choose (the defaults require a call): it may answer
+    page.get_by_role("button", name="Settings").click()
+    page.get_by_role("dialog", name="Settings").get_by_label("Tool choice").select_option("auto")
+    page.keyboard.press("Escape")
     result = '{"temperature_c": 18, "sky": "clear"}'
     card.get_by_label("Result of get_weather").fill(result)
     shot(page, "parts-tool-result")
@@ -174,6 +178,7 @@ def answer_the_call(page: Page) -> None:
     assert messages[-2]["role"] == "assistant"
     assert [c["id"] for c in messages[-2]["tool_calls"]] == [call_id]
     assert messages[-1] == {"role": "tool", "tool_call_id": call_id, "content": result}
+    assert bodies[-1]["tool_choice"] == "auto"  # this conversation's own
     shot(page, "parts-tool-loop")
 
 

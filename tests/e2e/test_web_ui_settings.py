@@ -78,6 +78,7 @@ def test_a_conversation_keeps_its_own_settings(model_server: ServerProcess,
     expect(dialog.get_by_role("alert")).to_have_count(0)
     dialog.get_by_label("Max tokens").fill("30")
     expect(dialog.get_by_role("button", name="Use the defaults again")).to_be_visible()
+    dialog.get_by_role("tab", name="This conversation").scroll_into_view_if_needed()
     shot(page, f"settings-conversation-{size}")
     assert axe_violations(page) == []
     page.keyboard.press("Escape")
