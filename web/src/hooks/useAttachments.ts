@@ -27,9 +27,11 @@ export function useAttachments(countFile: (file: Attachment) => Promise<number |
   count.current = countFile;
 
   // Each file is counted once, as it comes: the chip shows its size in tokens.
+  const asked = useRef(new WeakSet<Attachment>());
   useEffect(() => {
     for (const file of files) {
-      if (file.tokens !== undefined) continue;
+      if (file.tokens !== undefined || asked.current.has(file)) continue;
+      asked.current.add(file);
       void count.current(file).then((tokens) => {
         if (tokens !== null) setFiles((all) => all.map((f) => (f === file ? { ...f, tokens } : f)));
       });
