@@ -150,6 +150,7 @@ def test_files_as_chips_and_conversations_out_and_back(fake_server: ServerProces
     expect(other.get_by_role("status").filter(has_text="Imported")).to_have_text(
         "Imported 1 conversation from all.json.")
     shot(other, f"files-imported-{size}")
+    assert axe_violations(other) == []
     if phone:
         other.keyboard.press("Escape")
     expect(other.locator("h1.chat-title")).to_have_text("[[echo]] What do these say?")

@@ -137,6 +137,7 @@ def test_every_way_on_fits(small_context: ServerProcess, open_page: OpenPage,
     expect(question).to_contain_text("characters cut here to fit the context")
     prompt = frames.generates()[-1]["messages"]
     assert len(prompt) == 1, prompt  # every earlier turn dropped
-    assert prompt[0]["content"].startswith(huge[:200]) and prompt[0]["content"].endswith(huge[-200:])
+    sent_text = prompt[0]["content"]
+    assert sent_text.startswith(huge[:200]) and sent_text.endswith(huge[-200:])
     usage = frames.ends()[-1]["usage"]
     assert usage["prompt_tokens"] + usage["completion_tokens"] <= CONTEXT

@@ -29,6 +29,7 @@ from tests.e2e.test_web_ui import (  # noqa: F401  (fixtures, asked for by name)
     wait_connected,
     wait_for_answer_text,
 )
+from tests.e2e.test_web_ui_keyboard import axe_violations
 
 THOUGHT = ("The user greets me. A greeting deserves a greeting back, short and kind; "
            "no need for a long answer here, so one line will do.")
@@ -169,6 +170,7 @@ def answer_the_call(page: Page) -> None:
     result = '{"temperature_c": 18, "sky": "clear"}'
     card.get_by_label("Result of get_weather").fill(result)
     shot(page, "parts-tool-result")
+    assert axe_violations(page) == []
     send_result.click()
     expect(page.locator("article.message.assistant")).to_have_count(2)
     expect(last_answer(page)).to_have_attribute("data-status", "done", timeout=60_000)
