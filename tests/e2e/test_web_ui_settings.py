@@ -1,8 +1,9 @@
 """A conversation's own settings (#32 item 6): Settings opens on the conversation in view;
 what it sets there (max tokens, an answer format with a JSON schema, thinking) goes with
 its requests only, the global settings stay the defaults of every other conversation, and
-"Use the defaults again" brings them back. On the bundled model (llama.cpp), which keeps to
-the schema token by token and, having no thinking section, refuses to think in words; real
+"Use the defaults again" brings them back; a file's count in the meter is the prompt the
+model reads, to the token. On the bundled model (llama.cpp), which keeps to the schema
+token by token and, having no thinking section, refuses to think in words; real
 Chromium, desktop and phone; axe-core finds nothing in the dialog's new states.
 Screenshots land in tests/e2e/artifacts/ (ui-settings-*.png)."""
 
@@ -10,6 +11,8 @@ Screenshots land in tests/e2e/artifacts/ (ui-settings-*.png)."""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Locator, Page, expect
@@ -51,7 +54,8 @@ def ask(page: Page, text: str, answers: int) -> None:
 
 @pytest.mark.parametrize("size", list(SIZES))
 def test_a_conversation_keeps_its_own_settings(model_server: ServerProcess,
-                                               open_page: OpenPage, size: str) -> None:
+                                               open_page: OpenPage, size: str,
+                                               tmp_path: Path) -> None:
     page = open_page(model_server.url, **SIZES[size])
     frames = Frames(page)
     page.reload()  # the socket opens again, watched
@@ -94,9 +98,22 @@ def test_a_conversation_keeps_its_own_settings(model_server: ServerProcess,
     if size == "phone":
         page.get_by_role("button", name="Conversations").click()
     page.get_by_role("button", name="New conversation").click()
+    # with a file: the meter's count of the draft (its parts, Anthropic's text blocks) is the
+    # prompt the model reads (the parts joined) to the token
+    (tmp_path / "names.csv").write_text("name,city\nAnna,Lyon\nBruno,Porto\n")
+    page.get_by_label("Files to attach").set_input_files(str(tmp_path / "names.csv"))
+    meter = page.get_by_role("meter", name="Context used")
+    expect(meter).to_have_attribute("aria-valuetext", re.compile("with your message"))
+    file_alone = meter.get_attribute("aria-valuenow")  # the file is a message by itself
+    composer(page).fill("Say hello again.")
+    # counted again with the text (meanwhile it reads 0: the new draft is not counted yet)
+    expect(meter).to_have_attribute("aria-valuenow", re.compile(f"^(?!0$|{file_alone}$)[0-9]+$"))
+    expect(meter).to_have_attribute("aria-valuetext", re.compile("with your message"))
+    counted = int(meter.get_attribute("aria-valuenow") or "-1")
     ask(page, "Say hello again.", 1)
     params = frames.generates()[-1]["params"]
     assert params["max_tokens"] == 40 and "response_format" not in params
+    assert frames.ends()[-1]["usage"]["prompt_tokens"] == counted
 
     # kept with the conversation through a reload; the defaults come back on request
     page.reload()
