@@ -3,6 +3,7 @@ long become chips with their size in tokens and go as text parts that name them 
 model reads: the fake engine's [[echo]] says it back); an image is refused in words; one
 conversation is exported as JSON (every version, its settings) and Markdown, all of them as
 JSON, and imported in a browser that has none; a file that is not an export is refused.
+The draft keeps its files through a reload.
 Real Chromium against a real server on the fake engine, desktop and phone; axe-core finds
 nothing in the new states. Screenshots land in tests/e2e/artifacts/ (ui-files-*.png)."""
 
@@ -99,6 +100,11 @@ def test_files_as_chips_and_conversations_out_and_back(fake_server: ServerProces
     composer(page).fill("[[echo]] What do these say?")
     shot(page, f"files-chips-{size}")
     assert axe_violations(page) == []
+    # the draft keeps its files through a reload, with the text
+    page.reload()
+    wait_connected(page)
+    expect(chips.get_by_role("listitem")).to_have_count(3)
+    expect(composer(page)).to_have_value("[[echo]] What do these say?")
 
     # sent as text parts that name them: the model reads each file under its name
     page.get_by_role("button", name="Send message").click()

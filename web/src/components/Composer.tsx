@@ -1,7 +1,7 @@
 import { Paperclip, SendHorizontal, Square } from 'lucide-react';
 import { useDebounced } from '../hooks/useDebounced';
 import { useEffect, useLayoutEffect, useRef, useState, type DragEvent, type KeyboardEvent } from 'react';
-import { loadDraft, saveDraft } from '../state/drafts';
+import { loadDraft, saveDraft, saveDraftFiles } from '../state/drafts';
 import { PASTE_AS_FILE_CHARS, type Attachment } from '../state/attachments';
 import { useAttachments } from '../hooks/useAttachments';
 import { AttachmentChips } from './AttachmentChips';
@@ -60,7 +60,7 @@ export function Composer({ running, onSend, onStop, onDraftChange, carry, draftK
   // Reported once typing pauses (the page does not re-render per key); an emptied box at once.
   const settled = useDebounced(text, DRAFT_REPORT_MS);
   const reported = text.trim() === '' ? '' : settled;
-  const attached = useAttachments(countFile);
+  const attached = useAttachments(countFile, draftKey);
   const { files } = attached;
   useEffect(() => onDraftChange?.(reported, files), [reported, files, onDraftChange]);
   useEffect(() => {
@@ -89,6 +89,7 @@ export function Composer({ running, onSend, onStop, onDraftChange, carry, draftK
       setChecking(false);
       if (ok) {
         saveDraft(sentFrom, '');
+        saveDraftFiles(sentFrom, []);
         setText((current) => (current === sent ? '' : current));
         attached.set([]);
       }

@@ -1,10 +1,11 @@
 /**
  * The files of the message being written: read from a pick, a drop or a long paste, refused
- * in words where they are not text (or are images a model cannot see), and counted in
- * tokens by the server once taken.
+ * in words where they are not text (or are images a model cannot see), counted in tokens by
+ * the server once taken, and kept with the conversation's draft (`draftKey`) through a reload.
  */
 import { useCallback, useEffect, useRef, useState } from 'react';
 import { looksBinary, pasteName, refusal, type Attachment } from '../state/attachments';
+import { loadDraftFiles, saveDraftFiles } from '../state/drafts';
 
 /** tokenpipe's doors take text parts only: no model it serves can see an image. */
 export const MODELS_CAN_SEE = false;
@@ -20,9 +21,17 @@ export interface Attachments {
   set(files: Attachment[]): void;
 }
 
-export function useAttachments(countFile: (file: Attachment) => Promise<number | null>): Attachments {
-  const [files, setFiles] = useState<Attachment[]>([]);
+export function useAttachments(countFile: (file: Attachment) => Promise<number | null>, draftKey: string): Attachments {
+  const [files, setFiles] = useState<Attachment[]>(() => loadDraftFiles(draftKey));
   const [refused, setRefused] = useState<string[]>([]);
+  const key = useRef(draftKey);
+  useEffect(() => {
+    if (key.current === draftKey) return;
+    key.current = draftKey;
+    setRefused([]);
+    setFiles(loadDraftFiles(draftKey));
+  }, [draftKey]);
+  useEffect(() => saveDraftFiles(key.current, files), [files]);
   const count = useRef(countFile);
   count.current = countFile;
 
