@@ -35,6 +35,8 @@ describe('attachments', () => {
     state = chatReducer(state, { type: 'answer/append', conversationId: 'c', messageId: 'a1', text: '', calls: [{ index: 0, callId: 'call_1', name: 'get_weather', text: '{"city":"Paris"}' }] });
     state = chatReducer(state, { type: 'answer/finished', conversationId: 'c', messageId: 'a1', finishReason: 'tool_calls' });
     const c = state.conversations.c!;
+    const filesOnly = chatReducer(state, { type: 'send', conversationId: 'f', user: { ...question, id: 'u9', content: '' }, assistant: { ...asked, id: 'a9' }, now: 1 });
+    expect(filesOnly.conversations.f?.title).toBe('city.txt'); // a message of files alone is named after the first
     // a call nobody answered is not sent back
     expect(historyBefore(c, '')).toEqual([{ role: 'user', content: 'Weather?\n<file name="city.txt">\nParis\n</file>', parts: ['Weather?', '<file name="city.txt">\nParis\n</file>'] }]);
     const next: Message = { id: 'a2', role: 'assistant', content: '', createdAt: 2, status: 'waiting' };

@@ -310,7 +310,7 @@ export function chatReducer(state: ChatState, action: ChatAction): ChatState {
       const existing = state.conversations[action.conversationId];
       const base: Conversation = existing ?? {
         id: action.conversationId,
-        title: titleFrom(action.user.content),
+        title: titleFrom(action.user.content || (action.user.attachments?.[0]?.name ?? '')),
         createdAt: action.now,
         updatedAt: action.now,
         messages: [],
