@@ -1,7 +1,8 @@
 """What watching costs the model: the server's tokens/s for one ~256-token answer rendered by
 the chat page in headless Chromium (A) against the same request from a script client over
 tokenpipe.v1 (B), alternated A B A B (three pairs by default), plus Chromium's own counters
-(CPU in tasks and scripts, layouts, style recalcs) per page answer.
+per page answer: CPU in tasks (and per 100 tokens), layouts, style recalcs, and the long
+tasks (over 50 ms, PerformanceObserver "longtask") while it streamed.
 
     python scripts/bench_ui.py                      # the bundled model on llama.cpp
     python scripts/bench_ui.py --engine fake        # the page's own cost, no model
@@ -73,11 +74,18 @@ def script_run(url: str, params: dict[str, object]) -> dict[str, float]:
                 raise SystemExit(f"the script client got an error: {frame}")
 
 
+# Long tasks (over 50 ms) from the send on: what would make the page stutter while it streams.
+LONG_TASKS = """() => { window.__longTasks = []; new PerformanceObserver((list) => {
+    for (const entry of list.getEntries()) window.__longTasks.push(entry.duration); })
+    .observe({type: 'longtask'}); }"""
+
+
 def page_run(page, cdp, url: str) -> dict[str, float]:  # type: ignore[no-untyped-def]
     """A: the page sends the same request and renders it; the server's timing comes back in
     the answer's end frame, which the page keeps with the answer (IndexedDB)."""
     page.goto(url)
     page.wait_for_selector(".connection[data-status=open]")
+    page.evaluate(LONG_TASKS)
     before = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
     box = page.get_by_role("textbox", name="Your message", exact=True)
     box.fill(PROMPT)
@@ -100,8 +108,12 @@ def page_run(page, cdp, url: str) -> dict[str, float]:  # type: ignore[no-untype
     ).json_value()
     counters = ("TaskDuration", "ScriptDuration", "LayoutDuration", "RecalcStyleDuration",
                 "LayoutCount", "RecalcStyleCount")
+    long_tasks: list[float] = page.evaluate("window.__longTasks")
+    figures = {k: after[k] - before.get(k, 0) for k in counters}
     return {"tokens_per_s": stats["tokensPerS"], "tokens": stats["completionTokens"],
-            **{k: after[k] - before.get(k, 0) for k in counters}}
+            "cpu_ms_per_100": 1000 * figures["TaskDuration"] * 100 / stats["completionTokens"],
+            "long_tasks": len(long_tasks), "longest_ms": max(long_tasks, default=0.0),
+            **figures}
 
 
 def main() -> None:
@@ -141,10 +153,11 @@ def main() -> None:
                 results["page"].append(a)
                 results["script"].append(b)
                 print(f"pair {pair + 1}: page {a['tokens_per_s']:.1f} tok/s ({a['tokens']:.0f} "
-                      f"tokens, Chromium {a['TaskDuration']:.2f} s CPU, "
-                      f"{a['LayoutCount']:.0f} layouts, {a['RecalcStyleCount']:.0f} style "
-                      f"recalcs) | script {b['tokens_per_s']:.1f} tok/s ({b['tokens']:.0f} tokens)",
-                      flush=True)
+                      f"tokens, Chromium {a['TaskDuration']:.2f} s CPU = "
+                      f"{a['cpu_ms_per_100']:.0f} ms per 100 tokens, {a['long_tasks']:.0f} long "
+                      f"tasks (longest {a['longest_ms']:.0f} ms), {a['LayoutCount']:.0f} layouts, "
+                      f"{a['RecalcStyleCount']:.0f} style recalcs) | script "
+                      f"{b['tokens_per_s']:.1f} tok/s ({b['tokens']:.0f} tokens)", flush=True)
             browser.close()
     finally:
         if proc is not None:
@@ -152,8 +165,12 @@ def main() -> None:
             proc.wait(30)
     page_rate = statistics.median(r["tokens_per_s"] for r in results["page"])
     script_rate = statistics.median(r["tokens_per_s"] for r in results["script"])
+    cpu = statistics.median(r["cpu_ms_per_100"] for r in results["page"])
+    long_tasks = statistics.median(r["long_tasks"] for r in results["page"])
     print(f"median: page {page_rate:.1f} tok/s, script {script_rate:.1f} tok/s, "
-          f"ratio {page_rate / script_rate:.2f}")
+          f"ratio {page_rate / script_rate:.2f}; Chromium {cpu:.0f} ms CPU per 100 tokens, "
+          f"{long_tasks:.0f} long tasks an answer; load average {os.getloadavg()[0]:.1f} "
+          "(other work on this machine slows both sides)")
 
 
 if __name__ == "__main__":

@@ -199,8 +199,10 @@ def test_meter_fit_and_overflow_offer(server: ServerProcess, open_page: OpenPage
     assert first == usage["prompt_tokens"] + usage["completion_tokens"] > 0
     shot_both_schemes(page, f"context-meter-{viewport}")
 
-    # then short answers, set by the user: sent as set, and they must fit whole
+    # then short answers, set by the user for every conversation (the defaults): sent as
+    # set, and they must fit whole
     page.get_by_role("button", name="Settings").click()
+    page.get_by_role("dialog", name="Settings").get_by_role("tab", name="Defaults").click()
     page.get_by_role("dialog", name="Settings").get_by_label("Max tokens").fill(str(MAX_TOKENS))
     page.keyboard.press("Escape")
 
@@ -213,10 +215,18 @@ def test_meter_fit_and_overflow_offer(server: ServerProcess, open_page: OpenPage
     edit_and_regenerate_are_checked(page, frames, viewport)
     submit(page)  # the draft, once more: the offer is back
 
-    # drop the oldest turns: the message goes, and its answer arrives whole
+    # drop the turns ticked, the largest (not the first, small one): the message goes, and
+    # its answer arrives whole
     expect(offer).to_contain_text("Turn 1: “Say hello in three words.”")
-    drop = offer.get_by_role("button", name="Drop the oldest")
-    dropped_turns = offer.locator(".overflow-turns li").count()
+    expect(offer.get_by_role("checkbox", name=re.compile("^Turn 1:"))).not_to_be_checked()
+    ticked = offer.get_by_role("checkbox", checked=True)
+    dropped_turns = ticked.count()
+    labels = [ticked.nth(i).locator("xpath=..").inner_text() for i in range(dropped_turns)]
+    gone = [found.group(0) for found in map(re.compile(r"Message \d+:").search, labels) if found]
+    assert dropped_turns >= 1 and len(gone) == dropped_turns, labels
+    expect(offer.get_by_role("status")).to_contain_text(
+        re.compile(f"leaving [\\d,]+ of {context:,} for the answer"))
+    drop = offer.get_by_role("button", name=re.compile(r"^Drop \d+ turns? and send$"))
     answers = page.locator("article.message.assistant").count()
     drop.click()
     wait_done(page, answers + 1)
@@ -228,17 +238,16 @@ def test_meter_fit_and_overflow_offer(server: ServerProcess, open_page: OpenPage
         f"{dropped_turns} earlier turn{'s' if dropped_turns > 1 else ''} dropped from the"
         " model's context")
     assert folded.get_attribute("open") is None, "the dropped turns are not folded"
-    # the model no longer sees them: the prompt sent holds neither the first question nor
-    # anything from before the drop
+    # the model no longer sees them; it still sees the first, small turn
     prompt = frames.generates()[-1]["messages"]
-    assert all("Say hello in three words." not in m["content"] for m in prompt)
+    assert not any(m["content"].startswith(g) for m in prompt for g in gone), gone
+    assert any("Say hello in three words." in m["content"] for m in prompt)
     assert prompt[-1]["content"].startswith(f"Message {tag}:")
     usage = frames.ends()[-1]["usage"]
     assert usage["prompt_tokens"] + usage["completion_tokens"] <= context
     shot(page, f"context-dropped-{viewport}")
     folded.locator("summary").click()
-    expect(folded.locator("article.message.user").first).to_contain_text(
-        "Say hello in three words.")
+    expect(folded.locator("article.message.user").first).to_contain_text(gone[0])
     shot(page, f"context-dropped-open-{viewport}")
 
     # again until the offer, then a new conversation that carries the draft

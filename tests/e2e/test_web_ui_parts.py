@@ -29,6 +29,7 @@ from tests.e2e.test_web_ui import (  # noqa: F401  (fixtures, asked for by name)
     wait_connected,
     wait_for_answer_text,
 )
+from tests.e2e.test_web_ui_keyboard import axe_violations
 
 THOUGHT = ("The user greets me. A greeting deserves a greeting back, short and kind; "
            "no need for a long answer here, so one line will do.")
@@ -122,6 +123,7 @@ def test_tool_calls_show_as_cards_on_the_model(live_server: LiveServer,
     page.get_by_role("button", name="New conversation").click()
     page.get_by_role("radio", name="SSE").check()
     check_one_call(page, "What is the weather in Rome?")
+    answer_the_call(page)
 
     # the tools stay in Settings after a reload
     page.reload()
@@ -147,7 +149,39 @@ def check_one_call(page: Page, question: str) -> None:
         ids.add(card.locator(".tool-call-id").inner_text())
     assert len(ids) == cards.count() and all(i.startswith("call_") for i in ids), ids
     expect(answer.locator(".badge-tool-calls")).to_have_text(
-        "The model called a tool; this page does not run tools.")
+        "The model called a tool: type what it returned, and the model goes on from it.")
+
+
+def answer_the_call(page: Page) -> None:
+    """The result typed by hand goes back after the call (#32 item 6): the model answers
+    from it, and the card keeps it."""
+    bodies: list[dict[str, Any]] = []
+    page.on("request", lambda r: bodies.append(json.loads(r.post_data or "{}"))
+            if r.url.endswith("/v1/chat/completions") else None)
+    called = page.locator("article.message.assistant").first  # the first answer: it stays
+    card = called.get_by_role("region", name="Tool call get_weather")
+    call_id = card.locator(".tool-call-id").inner_text()
+    send_result = called.get_by_role("button", name="Send the result")
+    expect(send_result).to_be_disabled()
+    # this conversation lets the model choose (the defaults require a call): it may answer
+    page.get_by_role("button", name="Settings").click()
+    page.get_by_role("dialog", name="Settings").get_by_label("Tool choice").select_option("auto")
+    page.keyboard.press("Escape")
+    result = '{"temperature_c": 18, "sky": "clear"}'
+    card.get_by_label("Result of get_weather").fill(result)
+    shot(page, "parts-tool-result")
+    assert axe_violations(page) == []
+    send_result.click()
+    expect(page.locator("article.message.assistant")).to_have_count(2)
+    expect(last_answer(page)).to_have_attribute("data-status", "done", timeout=60_000)
+    expect(card.locator(".tool-call-result pre")).to_have_text(result)
+    expect(send_result).to_have_count(0)
+    messages = bodies[-1]["messages"]
+    assert messages[-2]["role"] == "assistant"
+    assert [c["id"] for c in messages[-2]["tool_calls"]] == [call_id]
+    assert messages[-1] == {"role": "tool", "tool_call_id": call_id, "content": result}
+    assert bodies[-1]["tool_choice"] == "auto"  # this conversation's own
+    shot(page, "parts-tool-loop")
 
 
 def test_an_answer_through_the_responses_transport(live_server: LiveServer,

@@ -18,12 +18,16 @@ import { useTransport } from './hooks/useTransport';
 import { ContextMeter } from './components/ContextMeter';
 import { OverflowOffer } from './components/OverflowOffer';
 import { useContextBudget } from './hooks/useContextBudget';
-import { answerRoom, idsOf, overflows, planDrop, turnsBefore, type DropPlan } from './state/context';
-import { promptWithDraft, questionOf, restamped, type AskAction } from './state/asking';
-import { chatReducer, historyBefore, isRunning, type ChatAction, type ChatState, type Conversation, type Message } from './state/conversations';
+import { answerRoom } from './state/context';
+import { promptWithDraft, type AskAction } from './state/asking';
+import { chatReducer, historyBefore, isRunning, type ChatState, type Conversation, type Message } from './state/conversations';
 import type { GenerationRequest } from './api/types';
 import { samplingParams, type Settings } from './state/settings';
 import { NEW_CONVERSATION } from './state/drafts';
+import { attachmentPart, type Attachment } from './state/attachments';
+import { effectiveSettings, withOwn } from './state/conversationSettings';
+import { useOverflow, type OverflowContext } from './hooks/useOverflow';
+import { useTransfer } from './hooks/useTransfer';
 
 function newId(prefix: string): string {
   // crypto.randomUUID needs a secure context; a LAN address over http is not one.
@@ -43,16 +47,6 @@ function placeholderAnswer(now: number): Message {
   return { id: newId('a'), role: 'assistant', content: '', createdAt: now, status: 'waiting' };
 }
 
-/** A message held back because it would overflow, and the ways on. */
-interface Offer {
-  action: AskAction;
-  promptTokens: number;
-  limit: number;
-  room: number;
-  plan: DropPlan | null;
-  systemPromptKept: boolean;
-}
-
 export function App() {
   const [settings, updateSettings] = useSettings();
   const [state, dispatch, persist] = useConversations();
@@ -68,25 +62,44 @@ export function App() {
   const models = settings.transport === 'ws' ? (hello?.models ?? null) : httpModels;
   const active = state.activeId ? state.conversations[state.activeId] : undefined;
   const runningAnswer = active?.messages.find(isRunning);
+  // The settings in force here: the conversation's own, then the global ones.
+  const current = useMemo(() => effectiveSettings(settings, active?.settings), [settings, active?.settings]);
 
-  const [offer, setOffer] = useState<Offer | null>(null);
-  const [carry, setCarry] = useState<{ text: string; token: number } | undefined>(undefined);
-  const [draft, setDraft] = useState('');
-  const draftPrompt = useMemo(() => (draft.trim() ? promptWithDraft(active, settings.systemPrompt, draft) : null), [active, settings.systemPrompt, draft]);
+  const [carry, setCarry] = useState<{ text: string; attachments?: Attachment[]; token: number } | undefined>(undefined);
+  const [draft, setDraft] = useState<{ text: string; files: Attachment[] }>({ text: '', files: [] });
+  const onDraftChange = useCallback((text: string, files: Attachment[]) => setDraft({ text, files }), []);
+  const draftPrompt = useMemo(
+    () => (draft.text.trim() || draft.files.length ? promptWithDraft(active, current.systemPrompt, draft.text, draft.files) : null),
+    [active, current.systemPrompt, draft],
+  );
   const budget = useContextBudget({
     kind: settings.transport,
     helloLimit: hello?.limits?.context_tokens,
     apiKey: settings.apiKey,
-    model: modelFor(settings, models),
-    tools: settings.tools,
+    model: modelFor(current, models),
+    tools: current.tools,
     conversation: active,
     draftPrompt,
   });
-  // An offer is about the conversation in view.
-  useEffect(() => setOffer(null), [state.activeId]);
+  const countFile = useCallback(
+    async (file: Attachment) => {
+      const [alone, none] = await Promise.all([budget.count([{ role: 'user', content: attachmentPart(file) }]), budget.count([{ role: 'user', content: '' }])]);
+      return alone === null || none === null ? null : Math.max(0, alone - none);
+    },
+    [budget.count],
+  );
 
-  const latest = useRef({ state, settings, generation, models, budget, offer });
-  latest.current = { state, settings, generation, models, budget, offer };
+  const latest = useRef({ state, settings, generation, models, budget });
+  latest.current = { state, settings, generation, models, budget };
+  const settingsOf = useCallback((conversation: Conversation | undefined) => effectiveSettings(latest.current.settings, conversation?.settings), []);
+  const overflowContext = useRef<OverflowContext>({ state, settingsFor: () => settings, limit: null, count: budget.count });
+  overflowContext.current = { state, settingsFor: (id) => settingsOf(state.conversations[id]), limit: budget.limit, count: budget.count };
+  const askRef = useRef<(action: AskAction, base?: ChatState) => Promise<boolean>>(async () => false);
+  const carryInto = useCallback((text: string, attachments: Attachment[]) => setCarry({ text, attachments, token: Date.now() }), []);
+  const overflow = useOverflow({ latest: overflowContext, dispatch, ask: askRef, carry: carryInto });
+  const { setOffer } = overflow;
+  // An offer is about the conversation in view.
+  useEffect(() => setOffer(null), [state.activeId, setOffer]);
 
   /** Ask for an answer once its conversation is written: a reload from now on finds both. */
   const launch = useCallback(
@@ -104,23 +117,13 @@ export function App() {
    */
   const askNow = useCallback(
     async (action: AskAction, base?: ChatState): Promise<boolean> => {
-      const { state: current, settings: s, budget: b } = latest.current;
-      const start = base ?? current;
+      const start = base ?? latest.current.state;
       const next = chatReducer(start, action);
       const conversation = next.conversations[action.conversationId];
       if (!conversation || next === start) return false;
+      const s = settingsOf(conversation);
       const messages = historyBefore(conversation, action.assistant.id, s.systemPrompt);
-      const tokens = b.limit ? await b.count(messages) : null;
-      if (b.limit && tokens !== null && overflows(tokens, b.limit, s.maxTokens)) {
-        const index = conversation.messages.findIndex((m) => m.id === action.assistant.id);
-        const turns = turnsBefore(conversation, Math.max(0, index - 1));
-        const countWithout = async (k: number) =>
-          (await b.count(historyBefore(conversation, action.assistant.id, s.systemPrompt, idsOf(turns, k)))) ?? Number.POSITIVE_INFINITY;
-        const plan = turns.length ? await planDrop(turns, countWithout, b.limit, s.maxTokens) : null;
-        const system = messages[0]?.role === 'system';
-        setOffer({ action, promptTokens: tokens, limit: b.limit, room: answerRoom(s.maxTokens), plan, systemPromptKept: system });
-        return false;
-      }
+      if (await overflow.check(action, conversation, messages, s)) return false;
       const model = modelFor(s, latest.current.models);
       dispatch(action);
       setOffer(null);
@@ -128,7 +131,7 @@ export function App() {
       await launch(conversation, action.assistant.id, { messages, params: samplingParams(s), ...(model ? { model } : {}) });
       return true;
     },
-    [dispatch, launch],
+    [dispatch, launch, settingsOf, overflow.check, setOffer],
   );
 
   const asking = useRef(false);
@@ -145,59 +148,32 @@ export function App() {
     },
     [askNow],
   );
+  askRef.current = ask;
 
   const send = useCallback(
-    (text: string) => {
+    (text: string, files: Attachment[]) => {
       const now = Date.now();
       const conversationId = latest.current.state.activeId ?? newId('c');
-      const user: Message = { id: newId('u'), role: 'user', content: text, createdAt: now };
+      const user: Message = { id: newId('u'), role: 'user', content: text, createdAt: now, ...(files.length ? { attachments: files } : {}) };
       const systemPrompt = latest.current.state.activeId ? undefined : latest.current.settings.systemPrompt;
       return ask({ type: 'send', conversationId, user, assistant: placeholderAnswer(now), now, ...(systemPrompt !== undefined ? { systemPrompt } : {}) });
     },
     [ask],
   );
 
-  /** The overflow offer's ways on: the draft to a new conversation, or the oldest turns dropped. */
-  const offerActions = useMemo(
-    () => ({
-      newConversation() {
-        const pending = latest.current.offer;
-        if (!pending) return;
-        setOffer(null);
-        dispatch({ type: 'new' });
-        setCarry({ text: questionOf(pending.action, latest.current.state), token: Date.now() });
-      },
-      drop() {
-        const pending = latest.current.offer;
-        if (!pending?.plan) return;
-        const now = Date.now();
-        const drop: ChatAction = { type: 'dropTurns', conversationId: pending.action.conversationId, messageIds: pending.plan.turns.flatMap((t) => t.ids), now };
-        const dropped = chatReducer(latest.current.state, drop);
-        dispatch(drop);
-        // The answer comes after the drop: its usage no longer counts the dropped turns.
-        void ask(restamped(pending.action, now + 1), dropped).then((sent) => {
-          if (sent && pending.action.type === 'send') setCarry({ text: '', token: Date.now() });
-        });
-      },
-      dismiss() {
-        setOffer(null);
-        document.getElementById('composer-input')?.focus();
-      },
-    }),
-    [ask, dispatch],
-  );
-
   const follow = useCallback(() => setFollowToken((t) => t + 1), []);
-  const actionContext = useRef<ActionContext>({ state, settings, model: modelFor(settings, models) });
-  actionContext.current = { state, settings, model: modelFor(settings, models) };
+  const transfer = useTransfer({ state, dispatch, newId });
+  const actionContext = useRef<ActionContext>({ state, settings: current, model: modelFor(current, models) });
+  actionContext.current = { state, settings: current, model: modelFor(current, models) };
   const actions = useMessageActions({ latest: actionContext, dispatch, ask, launch, newId, placeholder: placeholderAnswer, follow });
 
   // Answers that were running when the page was reloaded go on: resumed by their token, or
   // asked for again (from the text they had) where the server had not said one yet.
   useEffect(() => {
     if (!state.loaded) return;
-    const { state: current, generation: g, settings: s, models: known } = latest.current;
-    for (const conversation of Object.values(current.conversations)) {
+    const { state: now, generation: g, models: known } = latest.current;
+    for (const conversation of Object.values(now.conversations)) {
+      const s = settingsOf(conversation);
       for (const message of conversation.messages) {
         if (!isRunning(message) || g.isRunning(message.id)) continue;
         if (message.resume) {
@@ -278,6 +254,7 @@ export function App() {
           for (const id of state.order) generation.stopConversation(id);
           dispatch({ type: 'deleteAll' });
         }}
+        transfer={transfer}
         onClose={closeSidebar}
       />
       <main className="chat">
@@ -325,34 +302,49 @@ export function App() {
         <div className="composer-area">
           {state.undo ? <UndoToast key={state.undo.id} label={state.undo.label} onUndo={() => (dispatch({ type: 'undo' }), focusComposer())} onTimeout={() => state.undo && dispatch({ type: 'undo/dismiss', id: state.undo.id })} /> : null}
           {settings.transport === 'ws' ? <ConnectionBanner connection={connection} onRetry={() => socket?.retryNow()} /> : null}
-          {offer ? (
+          {overflow.offer ? (
             <OverflowOffer
-              what={offer.action.type === 'regenerate' ? 'answer' : 'message'}
-              promptTokens={offer.promptTokens}
-              limit={offer.limit}
-              room={offer.room}
-              plan={offer.plan}
-              systemPromptKept={offer.systemPromptKept}
-              onNewConversation={offerActions.newConversation}
-              onDrop={offerActions.drop}
-              onDismiss={offerActions.dismiss}
+              key={overflow.offer.action.assistant.id}
+              offer={overflow.offer}
+              onToggle={overflow.actions.toggle}
+              onDrop={overflow.actions.drop}
+              onCut={overflow.actions.cut}
+              onAttach={overflow.actions.attach}
+              onNewConversation={overflow.actions.newConversation}
+              onDismiss={overflow.actions.dismiss}
             />
           ) : null}
           <Composer
             running={runningAnswer !== undefined}
             onSend={send}
             onStop={stopRunning}
-            onDraftChange={setDraft}
+            onDraftChange={onDraftChange}
             draftKey={state.activeId ?? NEW_CONVERSATION}
+            countFile={countFile}
             {...(carry ? { carry } : {})}
           />
-          <ContextMeter used={budget.used} limit={budget.limit} withDraft={budget.withDraft} room={answerRoom(settings.maxTokens)} />
+          <ContextMeter used={budget.used} limit={budget.limit} withDraft={budget.withDraft} room={answerRoom(current.maxTokens)} />
         </div>
       </main>
       <ShortcutsDialog open={shortcutsOpen} onClose={() => setShortcutsOpen(false)} />
       <SettingsDialog
         open={settingsOpen}
         settings={settings}
+        conversation={
+          active
+            ? {
+                title: active.title,
+                settings: { ...current, systemPrompt: active.systemPrompt ?? '' },
+                own: active.settings,
+                onChange: (patch) =>
+                  patch.systemPrompt !== undefined
+                    ? dispatch({ type: 'systemPrompt', conversationId: active.id, text: patch.systemPrompt })
+                    : dispatch({ type: 'conversationSettings', conversationId: active.id, settings: withOwn(active.settings, patch) }),
+                onReset: () => dispatch({ type: 'conversationSettings', conversationId: active.id, settings: null }),
+                onExport: (format) => transfer.exportOne(active, format),
+              }
+            : null
+        }
         maxTokensLimit={hello?.limits?.max_tokens}
         defaultMaxTokens={hello?.limits?.default_max_tokens}
         models={models ?? []}

@@ -8,7 +8,8 @@ import { type ReadAnswer, type Settle, startGeneration } from './httpGeneration'
 import { tellAside } from './aside';
 import { SseDecoder } from './sse';
 import { stopStream } from './stopStream';
-import type { FinishReason, GenerationHandle, GenerationHandlers, GenerationRequest, ResumePoint, Transport, Usage } from './types';
+import type { FinishReason, GenerationHandle, GenerationHandlers, GenerationRequest, ResumePoint, SamplingParams, Transport, Usage } from './types';
+import { chatMessages } from './wire';
 
 /** How far a resumable stream got: its token (from the X-Stream-Token header) and the last delta's seq. */
 interface Position {
@@ -65,11 +66,16 @@ function firstChoice(chunk: Record<string, unknown>): Record<string, unknown> | 
   return Array.isArray(choices) && isRecord(choices[0]) ? choices[0] : undefined;
 }
 
+/** The page's params in Chat Completions' names: thinking is `reasoning_effort`. */
+function paramsOf({ think, ...params }: SamplingParams): Record<string, unknown> {
+  return think ? { ...params, reasoning_effort: 'medium' } : params;
+}
+
 export function chatCompletionBody(request: GenerationRequest, stream: boolean): Record<string, unknown> {
   return {
     ...(request.model ? { model: request.model } : {}),
-    messages: request.messages,
-    ...request.params,
+    messages: chatMessages(request.messages),
+    ...paramsOf(request.params),
     stream,
     // A streamed answer outlives its request (a reload, a drop): the page resumes it by its token.
     ...(stream ? { stream_options: { include_usage: true }, resumable: true } : {}),

@@ -9,6 +9,7 @@ import { type Settle, startGeneration } from './httpGeneration';
 import { tellAside } from './aside';
 import { SseDecoder } from './sse';
 import type { ApiError, EndInfo, FinishReason, GenerationHandle, GenerationHandlers, GenerationRequest, ResumePoint, Transport, Usage } from './types';
+import { responsesInput } from './wire';
 
 export interface ResponsesClientOptions {
   baseUrl: string;
@@ -25,7 +26,7 @@ export function responsesBody(request: GenerationRequest): Record<string, unknow
   const p = request.params;
   return {
     ...(request.model ? { model: request.model } : {}),
-    input: request.messages.map((m) => ({ type: 'message', role: m.role, content: m.content })),
+    input: responsesInput(request.messages),
     stream: true,
     background: true,
     store: true,
@@ -33,6 +34,8 @@ export function responsesBody(request: GenerationRequest): Record<string, unknow
     ...(p.temperature !== undefined ? { temperature: p.temperature } : {}),
     ...(p.top_p !== undefined ? { top_p: p.top_p } : {}),
     ...(p.seed !== undefined ? { seed: p.seed } : {}),
+    ...(p.response_format ? { text: { format: p.response_format.type === 'json_schema' ? { type: 'json_schema', ...p.response_format.json_schema } : p.response_format } } : {}),
+    ...(p.think ? { reasoning: { effort: 'medium' } } : {}),
     ...(p.tools?.length
       ? {
           // Responses' function tools are flat: {type, name, description, parameters}.

@@ -4,6 +4,7 @@
  * tokenizer) and the context a model has (`GET /v1/models`, `max_model_len`).
  */
 import type { ToolSpec, WireMessage } from './types';
+import { anthropicMessages } from './wire';
 
 function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
@@ -21,7 +22,7 @@ export function countTokensBody(messages: WireMessage[], model?: string, tools: 
   return {
     ...(model ? { model } : {}),
     ...(system ? { system } : {}),
-    messages: messages.filter((m) => m.role !== 'system').map((m) => ({ role: m.role, content: m.content })),
+    messages: anthropicMessages(messages),
     ...(tools.length
       ? {
           tools: tools.map((t) => ({
@@ -45,8 +46,9 @@ export interface CountOptions {
 
 /** The prompt's tokens; null where the server cannot count (no route, no tokenizer, refused). */
 export async function countTokens(messages: WireMessage[], options: CountOptions): Promise<number | null> {
-  // Anthropic's route takes a conversation that ends with a question.
-  if (messages[messages.length - 1]?.role !== 'user') return null;
+  // Anthropic's route takes a conversation that ends with a question (or a tool's result).
+  const last = messages[messages.length - 1]?.role;
+  if (last !== 'user' && last !== 'tool') return null;
   const fetchImpl = options.fetch ?? fetch;
   try {
     const response = await fetchImpl(`${options.baseUrl}/v1/messages/count_tokens`, {

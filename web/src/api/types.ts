@@ -1,10 +1,24 @@
 /** Shapes shared by every transport; the wire names follow docs/protocol.md in the repository. */
 
-export type Role = 'system' | 'user' | 'assistant';
+export type Role = 'system' | 'user' | 'assistant' | 'tool';
+
+/** A call an earlier answer made, sent back with it (OpenAI's shape). */
+export interface WireToolCall {
+  id: string;
+  type: 'function';
+  function: { name: string; arguments: string };
+}
 
 export interface WireMessage {
   role: Role;
+  /** The text; for a message with `parts`, the parts joined with newlines (as the doors join them). */
   content: string;
+  /** A user message's text parts: what was typed, then one per attached file (state/attachments.ts). */
+  parts?: string[];
+  /** On an assistant turn that made calls. */
+  tool_calls?: WireToolCall[];
+  /** On a `tool` turn: the call it answers. */
+  tool_call_id?: string;
 }
 
 /** Sampling parameters; an absent field means "the server's default". */
@@ -23,7 +37,13 @@ export interface SamplingParams {
   tools?: ToolSpec[];
   tool_choice?: ToolChoice;
   parallel_tool_calls?: boolean;
+  /** An answer in JSON: any object, or one a schema allows (the server enforces it token by token). */
+  response_format?: ResponseFormat;
+  /** Ask the model to think first (a model whose chat template has no thinking section refuses it). */
+  think?: boolean;
 }
+
+export type ResponseFormat = { type: 'json_object' } | { type: 'json_schema'; json_schema: { name: string; schema: Record<string, unknown> } };
 
 export interface ToolSpec {
   type: 'function';

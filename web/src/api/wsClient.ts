@@ -6,6 +6,7 @@
 import { wsProtocols, WS_PROTOCOL } from './auth';
 import { backoffDelay, DEFAULT_BACKOFF, type BackoffOptions } from './backoff';
 import type { GenerationHandle, GenerationHandlers, GenerationRequest, ResumePoint, Transport } from './types';
+import { tokenpipeMessages } from './wire';
 import { describeClose, NOT_CONNECTED, UNRESUMABLE } from './wsWords';
 import { parseServerFrame, type ClientFrame, type DeltaFrame, type ErrorFrame, type HelloFrame, type ServerFrame } from './wsFrames';
 
@@ -359,7 +360,7 @@ export class TokenpipeSocket implements Transport {
     this.send({
       type: 'generate',
       id: generation.id,
-      messages: request.messages,
+      messages: tokenpipeMessages(request.messages),
       ...(request.model ? { model: request.model } : {}),
       params: request.params,
       resumable: true,
@@ -391,7 +392,6 @@ export class TokenpipeSocket implements Transport {
   private send(frame: ClientFrame): void {
     this.socket?.send(JSON.stringify(frame));
   }
-
   private setState(state: ConnectionState): void {
     this.state = state;
     for (const listener of this.listeners) listener(state);

@@ -1,7 +1,10 @@
-import { SendHorizontal, Square } from 'lucide-react';
+import { Paperclip, SendHorizontal, Square } from 'lucide-react';
 import { useDebounced } from '../hooks/useDebounced';
-import { useEffect, useLayoutEffect, useRef, useState, type KeyboardEvent } from 'react';
-import { loadDraft, saveDraft } from '../state/drafts';
+import { useEffect, useLayoutEffect, useRef, useState, type DragEvent, type KeyboardEvent } from 'react';
+import { loadDraft, saveDraft, saveDraftFiles } from '../state/drafts';
+import { PASTE_AS_FILE_CHARS, type Attachment } from '../state/attachments';
+import { useAttachments } from '../hooks/useAttachments';
+import { AttachmentChips } from './AttachmentChips';
 
 /** True while an input method (Japanese, Chinese, …) is composing: Enter then picks a candidate. */
 export function isImeComposing(event: KeyboardEvent<HTMLTextAreaElement>): boolean {
@@ -25,18 +28,20 @@ export function autosize(area: HTMLTextAreaElement | null): void {
 
 interface ComposerProps {
   running: boolean;
-  /** Resolves false when the message was not sent (it would overflow): the text stays. */
-  onSend(text: string): boolean | Promise<boolean>;
+  /** Resolves false when the message was not sent (it would overflow): the text and files stay. */
+  onSend(text: string, files: Attachment[]): boolean | Promise<boolean>;
   onStop(): void;
-  /** The text as it is typed (the context meter counts it). */
-  onDraftChange?(text: string): void;
-  /** Text to put in the box (a draft carried to a new conversation); a new `token` puts it again. */
-  carry?: { text: string; token: number };
+  /** The text and files as they are typed and added (the context meter counts them). */
+  onDraftChange?(text: string, files: Attachment[]): void;
+  /** Text and files to put in the composer (a draft carried to a new conversation); a new `token` puts them again. */
+  carry?: { text: string; attachments?: Attachment[]; token: number };
+  /** A file's size in tokens, from the server. */
+  countFile(file: Attachment): Promise<number | null>;
   /** Whose draft the box holds (the conversation's id): kept as it is typed, back after a reload. */
   draftKey: string;
 }
 
-export function Composer({ running, onSend, onStop, onDraftChange, carry, draftKey }: ComposerProps) {
+export function Composer({ running, onSend, onStop, onDraftChange, carry, draftKey, countFile }: ComposerProps) {
   const [text, setText] = useState(() => loadDraft(draftKey));
   const key = useRef(draftKey);
   const put = (value: string) => {
@@ -55,24 +60,38 @@ export function Composer({ running, onSend, onStop, onDraftChange, carry, draftK
   // Reported once typing pauses (the page does not re-render per key); an emptied box at once.
   const settled = useDebounced(text, DRAFT_REPORT_MS);
   const reported = text.trim() === '' ? '' : settled;
-  useEffect(() => onDraftChange?.(reported), [reported, onDraftChange]);
+  const attached = useAttachments(countFile, draftKey);
+  const { files } = attached;
+  useEffect(() => onDraftChange?.(reported, files), [reported, files, onDraftChange]);
   useEffect(() => {
     if (!carry) return;
     put(carry.text);
+    if (carry.attachments) attached.set(carry.attachments);
     area.current?.focus();
   }, [carry]);
+  const [dragging, setDragging] = useState(false);
+  const onDrop = (event: DragEvent) => {
+    event.preventDefault();
+    setDragging(false);
+    if (event.dataTransfer.files.length) void attached.addFiles(event.dataTransfer.files);
+  };
+  const picker = useRef<HTMLInputElement>(null);
+  const empty = !text.trim() && files.length === 0;
 
   const send = () => {
-    if (running || checking || !text.trim()) return;
+    if (running || checking || empty) return;
     const sent = text;
+    const sentFiles = files;
     const sentFrom = key.current;
     setChecking(true);
     // The prompt is counted first: a message that would overflow is not sent, and stays here.
-    void Promise.resolve(onSend(sent)).then((ok) => {
+    void Promise.resolve(onSend(sent, sentFiles)).then((ok) => {
       setChecking(false);
       if (ok) {
         saveDraft(sentFrom, '');
+        saveDraftFiles(sentFrom, []);
         setText((current) => (current === sent ? '' : current));
+        attached.set([]);
       }
       if (ok) area.current?.focus();
     });
@@ -87,13 +106,39 @@ export function Composer({ running, onSend, onStop, onDraftChange, carry, draftK
 
   return (
     <form
-      className="composer"
+      className={`composer${dragging ? ' dragging' : ''}`}
       aria-label="Message"
       onSubmit={(event) => {
         event.preventDefault();
         send();
       }}
+      onDragOver={(event) => {
+        event.preventDefault();
+        setDragging(true);
+      }}
+      onDragLeave={() => setDragging(false)}
+      onDrop={onDrop}
     >
+      <AttachmentChips files={files} onRemove={attached.remove} />
+      {attached.refused.length ? (
+        <p className="attachment-refused" role="alert">
+          {attached.refused.join(' ')}
+        </p>
+      ) : null}
+      <input
+        ref={picker}
+        type="file"
+        multiple
+        hidden
+        aria-label="Files to attach"
+        onChange={(event) => {
+          if (event.target.files) void attached.addFiles(event.target.files);
+          event.target.value = '';
+        }}
+      />
+      <button type="button" className="button-ghost icon attach-button" aria-label="Attach text files" onClick={() => picker.current?.click()}>
+        <Paperclip aria-hidden="true" size={18} />
+      </button>
       <label htmlFor="composer-input" className="visually-hidden">
         Your message
       </label>
@@ -107,6 +152,13 @@ export function Composer({ running, onSend, onStop, onDraftChange, carry, draftK
         aria-describedby="composer-hint"
         onChange={(event) => put(event.target.value)}
         onKeyDown={onKeyDown}
+        onPaste={(event) => {
+          // A long paste becomes a file of its own, not a wall of text in the box.
+          const pasted = event.clipboardData.getData('text/plain');
+          if (pasted.length < PASTE_AS_FILE_CHARS) return;
+          event.preventDefault();
+          attached.addPaste(pasted);
+        }}
         // On touch screens focusing on load would pop up the keyboard over the page.
         autoFocus={typeof window.matchMedia === 'function' && window.matchMedia('(pointer: fine)').matches}
       />
@@ -118,7 +170,7 @@ export function Composer({ running, onSend, onStop, onDraftChange, carry, draftK
           <Square aria-hidden="true" size={16} fill="currentColor" /> Stop
         </button>
       ) : (
-        <button type="submit" className="button-primary" disabled={!text.trim() || checking} aria-label="Send message">
+        <button type="submit" className="button-primary" disabled={empty || checking} aria-label="Send message">
           <SendHorizontal aria-hidden="true" size={18} />
           <span className="label">Send</span>
         </button>

@@ -10,6 +10,7 @@ import { Markdown } from './Markdown';
 import { ReasoningView, ToolCallCards } from './AnswerParts';
 import { WaitingStatus } from './WaitingStatus';
 import { AnswerEditor } from './AnswerEditor';
+import { AttachmentList } from './AttachmentChips';
 
 export interface MessageActions {
   onEdit(messageId: string, content: string): void;
@@ -21,6 +22,8 @@ export interface MessageActions {
   onContinue(messageId: string): void;
   /** The answer rewritten by hand, kept as a new version; `andContinue`: then the model goes on from it. */
   onEditAnswer(messageId: string, content: string, andContinue: boolean): void;
+  /** The results the user typed for the answer's tool calls, by call id: the model goes on from them. */
+  onToolResults(messageId: string, results: Record<string, string>): void;
 }
 
 interface MessageViewProps {
@@ -114,7 +117,8 @@ function UserMessage({ message, canChange, actions, version, versionCount }: Omi
   }
   return (
     <article className="message user" aria-label="You">
-      <div className="bubble">{message.content}</div>
+      {message.content ? <div className="bubble">{message.content}</div> : null}
+      {message.attachments?.length ? <AttachmentList files={message.attachments} /> : null}
       <div className="message-actions">
         <VersionSwitch message={message} version={version} versionCount={versionCount} canChange={canChange} actions={actions} />
         <CopyButton text={message.content} label="Copy your message" />
@@ -127,7 +131,7 @@ function UserMessage({ message, canChange, actions, version, versionCount }: Omi
   );
 }
 
-function AnswerStatus({ message, now }: { message: Message; now: number }) {
+function AnswerStatus({ message, now, answerable }: { message: Message; now: number; answerable: boolean }) {
   switch (message.status) {
     case 'waiting':
       return <WaitingStatus message={message} now={now} />;
@@ -152,14 +156,16 @@ function AnswerStatus({ message, now }: { message: Message; now: number }) {
       ) : null;
     case 'done':
       if (message.edited) return <p className="badge badge-edited">Edited by you: Continue lets the model go on from here</p>;
-      if (message.finishReason === 'tool_calls') return <p className="badge badge-tool-calls">The model called a tool; this page does not run tools.</p>;
+      if (message.toolResults) return null;
+      if (message.finishReason === 'tool_calls' || message.toolCalls?.length)
+        return <p className="badge badge-tool-calls">{answerable ? 'The model called a tool: type what it returned, and the model goes on from it.' : 'The model called a tool; this page does not run tools.'}</p>;
       return message.finishReason === 'length' ? <p className="badge badge-stopped">Cut at the max tokens limit</p> : null;
     default:
       return null;
   }
 }
 
-function AssistantMessage({ message, canChange, offline, actions, version, versionCount }: MessageViewProps) {
+function AssistantMessage({ message, isLast, canChange, offline, actions, version, versionCount }: MessageViewProps) {
   const streaming = message.status === 'streaming' || message.status === 'waiting';
   const now = useFrameClock(streaming);
   const [editing, setEditing] = useState(false);
@@ -181,12 +187,13 @@ function AssistantMessage({ message, canChange, offline, actions, version, versi
     );
   }
   const figures = streaming ? liveParts(message, now) : message.stats ? statsParts(message.stats, message.model) : null;
+  const answerable = isLast && canChange && message.status === 'done' && !message.toolResults && (message.toolCalls?.length ?? 0) > 0;
   return (
     <article className="message assistant" aria-label="Answer" aria-busy={streaming} data-status={message.status}>
       {message.reasoning ? <ReasoningView message={message} /> : null}
       {message.content ? <Markdown text={message.content} streaming={streaming} /> : null}
-      <ToolCallCards message={message} />
-      <AnswerStatus message={message} now={now} />
+      <ToolCallCards message={message} onResults={answerable ? (results) => actions.onToolResults(message.id, results) : undefined} />
+      <AnswerStatus message={message} now={now} answerable={answerable} />
       <div className="message-footer">
         {streaming ? (
           <>

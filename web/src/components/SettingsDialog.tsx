@@ -4,6 +4,19 @@ import { parseStopStrings, parseTools, TOOL_CHOICES } from '../state/settings';
 import type { Settings } from '../state/settings';
 import type { TransportKind } from '../api/types';
 import { TransportSwitch } from './TransportSwitch';
+import { AnswerFields } from './AnswerFields';
+import type { ConversationSettings } from '../state/conversationSettings';
+
+/** The conversation in view: its settings (its own over the global ones) and what can be done with them. */
+export interface ConversationScope {
+  title: string;
+  /** In force in it: its own fields, then the global ones; its own system prompt. */
+  settings: Settings;
+  own: ConversationSettings | undefined;
+  onChange(patch: Partial<Settings>): void;
+  onReset(): void;
+  onExport(format: 'json' | 'md'): void;
+}
 
 interface SettingsDialogProps {
   open: boolean;
@@ -17,6 +30,8 @@ interface SettingsDialogProps {
   onClose(): void;
   /** The transport switch, shown here on phones (the header has it on wider screens). */
   transport?: { value: TransportKind; onChange(kind: TransportKind): void };
+  /** The conversation in view, if any: Settings opens on its own settings. */
+  conversation: ConversationScope | null;
 }
 
 type NumberKey = 'temperature' | 'topP' | 'maxTokens' | 'seed' | 'topK' | 'minP' | 'repetitionPenalty';
@@ -147,16 +162,24 @@ function Section({ title, children }: { title: string; children: ReactNode }) {
   );
 }
 
-export function SettingsDialog({ open, settings, maxTokensLimit, defaultMaxTokens, models, onChange, onClose, transport }: SettingsDialogProps) {
+export function SettingsDialog(props: SettingsDialogProps) {
+  const { open, maxTokensLimit, defaultMaxTokens, models, onClose, transport, conversation } = props;
   const dialog = useRef<HTMLDialogElement>(null);
   const [showKey, setShowKey] = useState(false);
+  const [scope, setScope] = useState<'conversation' | 'defaults'>('conversation');
+  // The fields keep what is typed: after "Use the defaults again" they start anew.
+  const [resets, setResets] = useState(0);
 
   useEffect(() => {
     const el = dialog.current;
     if (!el) return;
     if (open && !el.open) el.showModal();
     if (!open && el.open) el.close();
+    if (open) setScope('conversation'); // opens on the conversation in view, where there is one
   }, [open]);
+  const own = conversation && scope === 'conversation' ? conversation : null;
+  const settings = own ? own.settings : props.settings;
+  const onChange = own ? own.onChange : props.onChange;
 
   const number = (key: NumberKey) => (value: number | null) => onChange({ [key]: value });
 
@@ -177,6 +200,38 @@ export function SettingsDialog({ open, settings, maxTokensLimit, defaultMaxToken
                 <TransportSwitch value={transport.value} onChange={transport.onChange} className="segmented in-settings" name="transport-settings" />
               </div>
             ) : null}
+            {conversation ? (
+              <div className="settings-scope">
+                <div role="tablist" aria-label="Which settings">
+                  <button type="button" role="tab" id="scope-conversation" aria-selected={scope === 'conversation'} aria-controls="settings-fields" onClick={() => setScope('conversation')}>
+                    This conversation
+                  </button>
+                  <button type="button" role="tab" id="scope-defaults" aria-selected={scope === 'defaults'} aria-controls="settings-fields" onClick={() => setScope('defaults')}>
+                    Defaults
+                  </button>
+                </div>
+                {own ? (
+                  <p className="settings-scope-note">
+                    For “{own.title}” only{own.own && Object.keys(own.own).length ? '' : ': it follows the defaults until something here is changed'}.{' '}
+                    {own.own && Object.keys(own.own).length ? (
+                      <button
+                        type="button"
+                        className="button-ghost small"
+                        onClick={() => {
+                          own.onReset();
+                          setResets((n) => n + 1);
+                        }}
+                      >
+                        Use the defaults again
+                      </button>
+                    ) : null}
+                  </p>
+                ) : (
+                  <p className="settings-scope-note">For every conversation that does not set its own.</p>
+                )}
+              </div>
+            ) : null}
+            <div id="settings-fields" key={`${own ? 'conversation' : 'defaults'}-${resets}`} role={conversation ? 'tabpanel' : undefined} aria-labelledby={conversation ? (own ? 'scope-conversation' : 'scope-defaults') : undefined}>
             <Section title="Conversation">
               {models.length > 0 ? (
                 <div className="field">
@@ -192,7 +247,7 @@ export function SettingsDialog({ open, settings, maxTokensLimit, defaultMaxToken
                 </div>
               ) : null}
               <div className="field">
-                <label htmlFor="system-prompt">System prompt for new conversations</label>
+                <label htmlFor="system-prompt">{own ? 'System prompt of this conversation' : 'System prompt for new conversations'}</label>
                 <textarea
                   id="system-prompt"
                   rows={3}
@@ -200,7 +255,7 @@ export function SettingsDialog({ open, settings, maxTokensLimit, defaultMaxToken
                   placeholder="You are a helpful assistant."
                   onChange={(event) => onChange({ systemPrompt: event.target.value })}
                 />
-                <small>Each new conversation starts with it, shown at its top and editable there; leave empty for none.</small>
+                <small>{own ? 'Shown at its top and editable there too.' : 'Each new conversation starts with it, shown at its top and editable there; leave empty for none.'}</small>
               </div>
             </Section>
             <Section title="Sampling">
@@ -249,7 +304,23 @@ export function SettingsDialog({ open, settings, maxTokensLimit, defaultMaxToken
             <Section title="Tools">
               <ToolsField settings={settings} onChange={onChange} />
             </Section>
-            <Section title="Server">
+            <Section title="Answer">
+              <AnswerFields settings={settings} onChange={onChange} />
+            </Section>
+            {own ? (
+              <Section title="Export">
+                <div className="inline">
+                  <button type="button" className="button-secondary small" onClick={() => own.onExport('json')}>
+                    JSON (every version, settings)
+                  </button>
+                  <button type="button" className="button-secondary small" onClick={() => own.onExport('md')}>
+                    Markdown
+                  </button>
+                </div>
+              </Section>
+            ) : null}
+            </div>
+            <Section title="Server (every conversation)">
               <div className="field">
                 <label htmlFor="api-key">API key</label>
                 <div className="inline">
@@ -258,9 +329,9 @@ export function SettingsDialog({ open, settings, maxTokensLimit, defaultMaxToken
                     type={showKey ? 'text' : 'password'}
                     autoComplete="off"
                     spellCheck={false}
-                    value={settings.apiKey}
+                    value={props.settings.apiKey}
                     placeholder="none"
-                    onChange={(event) => onChange({ apiKey: event.target.value })}
+                    onChange={(event) => props.onChange({ apiKey: event.target.value })}
                   />
                   <button type="button" className="button-ghost small" aria-pressed={showKey} onClick={() => setShowKey((v) => !v)}>
                     {showKey ? 'Hide' : 'Show'}

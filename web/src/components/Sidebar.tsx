@@ -1,5 +1,6 @@
-import { Plus, Search, Trash2, X } from 'lucide-react';
-import { useMemo, useState } from 'react';
+import { Download, Plus, Search, Trash2, Upload, X } from 'lucide-react';
+import { useMemo, useRef, useState } from 'react';
+import type { Transfer } from '../hooks/useTransfer';
 import { allMessages } from '../state/branches';
 import { isRunning, type Conversation } from '../state/conversations';
 import { ConfirmDialog } from './ConfirmDialog';
@@ -13,6 +14,8 @@ interface SidebarProps {
   onDelete(id: string): void;
   onDeleteAll(): void;
   onClose(): void;
+  /** Export all, import a file. */
+  transfer: Transfer;
 }
 
 /** Conversations whose title or any message (every branch) holds every word of `query`. */
@@ -25,8 +28,9 @@ export function searchConversations(conversations: Conversation[], query: string
   });
 }
 
-export function Sidebar({ conversations, activeId, open, onNew, onSelect, onDelete, onDeleteAll, onClose }: SidebarProps) {
+export function Sidebar({ conversations, activeId, open, onNew, onSelect, onDelete, onDeleteAll, onClose, transfer }: SidebarProps) {
   const [query, setQuery] = useState('');
+  const picker = useRef<HTMLInputElement>(null);
   const [confirming, setConfirming] = useState(false);
   const shown = useMemo(() => searchConversations(conversations, query), [conversations, query]);
   return (
@@ -84,13 +88,40 @@ export function Sidebar({ conversations, activeId, open, onNew, onSelect, onDele
             })}
           </ul>
         )}
-        {conversations.length > 1 ? (
-          <div className="sidebar-bottom">
+        <div className="sidebar-bottom">
+          {transfer.report ? (
+            <p className={transfer.report.ok ? 'import-report' : 'import-report field-error'} role={transfer.report.ok ? 'status' : 'alert'}>
+              {transfer.report.text}
+            </p>
+          ) : null}
+          <div className="sidebar-transfer">
+            <input
+              ref={picker}
+              type="file"
+              accept=".json,application/json"
+              hidden
+              aria-label="Conversations file to import"
+              onChange={(event) => {
+                const file = event.target.files?.[0];
+                if (file) void transfer.importFile(file);
+                event.target.value = '';
+              }}
+            />
+            <button type="button" className="button-ghost" onClick={() => picker.current?.click()}>
+              <Upload aria-hidden="true" size={16} /> Import
+            </button>
+            {conversations.length > 0 ? (
+              <button type="button" className="button-ghost" onClick={transfer.exportAll}>
+                <Download aria-hidden="true" size={16} /> Export all
+              </button>
+            ) : null}
+          </div>
+          {conversations.length > 1 ? (
             <button type="button" className="button-ghost danger" onClick={() => setConfirming(true)}>
               <Trash2 aria-hidden="true" size={16} /> Delete all conversations
             </button>
-          </div>
-        ) : null}
+          ) : null}
+        </div>
       </nav>
       <ConfirmDialog
         open={confirming}

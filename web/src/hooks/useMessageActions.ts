@@ -49,7 +49,9 @@ export function useMessageActions({ latest, dispatch, ask, launch, newId, placeh
         const id = activeId();
         if (!id) return;
         const now = Date.now();
-        const user: Message = { id: newId('u'), role: 'user', content, createdAt: now };
+        // The files stay with the question: an edit rewrites its text.
+        const files = latest.current.state.conversations[id]?.messages.find((m) => m.id === messageId)?.attachments;
+        const user: Message = { id: newId('u'), role: 'user', content, createdAt: now, ...(files?.length ? { attachments: files } : {}) };
         void ask({ type: 'edit', conversationId: id, messageId, user, assistant: placeholder(now), now });
       },
       onRegenerate(messageId) {
@@ -68,6 +70,12 @@ export function useMessageActions({ latest, dispatch, ask, launch, newId, placeh
         dispatch({ type: 'deleteMessage', conversationId: id, messageId });
         // The button goes with its message: focus goes to the composer, not to <body>.
         requestAnimationFrame(() => document.getElementById('composer-input')?.focus());
+      },
+      onToolResults(messageId, results) {
+        const id = activeId();
+        if (!id) return;
+        const now = Date.now();
+        void ask({ type: 'toolResults', conversationId: id, messageId, results, assistant: placeholder(now), now });
       },
       onContinue(messageId) {
         continueIn(latest.current.state, messageId);

@@ -2,14 +2,19 @@
  * Conversations as pure data and one reducer over them: sending, editing, regenerating,
  * and the life of each answer (waiting → streaming → done / stopped / error / interrupted).
  */
-import type { ApiError, FinishReason, ResumePoint, TransportKind, WireMessage } from '../api/types';
+import type { ApiError, FinishReason, ResumePoint, TransportKind } from '../api/types';
 import { addVersion, allMessages, removeMessage, stepVersion, switchVersion } from './branches';
 import { withDropped } from './context';
 import { appended, canContinue, ended, isRunning, progressed, settle, whileRunning } from './answers';
 import type { ToolCall, ToolCallPiece } from './parts';
 import type { PrefillProgress } from './progress';
+import type { Attachment } from './attachments';
+import type { ConversationSettings } from './conversationSettings';
+import { allAnswered } from './outgoing';
+import { titleFrom } from './history';
 
 export { canContinue, editedAnswer, isRunning } from './answers';
+export { continuationOf, historyBefore, titleFrom } from './history';
 
 export type AnswerStatus = 'waiting' | 'streaming' | 'done' | 'stopped' | 'error' | 'interrupted';
 
@@ -56,8 +61,12 @@ export interface Message {
   reasoningEndedAt?: number;
   /** The user rewrote this answer: Continue goes on from their text. */
   edited?: boolean;
-  /** The calls the model made; this page runs none of them. */
+  /** The calls the model made; this page runs none of them, the user may type their results. */
   toolCalls?: ToolCall[];
+  /** The results the user typed, by call id (state/outgoing.ts callId). */
+  toolResults?: Record<string, string>;
+  /** A question's files and long pastes, sent as text parts with their names. */
+  attachments?: Attachment[];
 }
 
 export interface Conversation {
@@ -79,6 +88,8 @@ export interface Conversation {
   dropped?: string[];
   /** When turns were last dropped (Date.now): answers before it counted them in their usage. */
   droppedAt?: number;
+  /** Settings of this conversation alone; the global ones fill the rest. */
+  settings?: ConversationSettings;
 }
 
 /** What the Undo toast can bring back: the conversations as they were before. */
@@ -117,6 +128,10 @@ export type ChatAction =
   | { type: 'undo/dismiss'; id: number }
   | { type: 'version'; conversationId: string; messageId: string; step: -1 | 1 }
   | { type: 'systemPrompt'; conversationId: string; text: string }
+  /** This conversation's own settings (null: back to the global ones). */
+  | { type: 'conversationSettings'; conversationId: string; settings: ConversationSettings | null }
+  /** The results typed for every call of the answer `messageId`, and the answer that reads them. */
+  | { type: 'toolResults'; conversationId: string; messageId: string; results: Record<string, string>; assistant: Message; now: number }
   /** Take these messages (the oldest turns) out of the context; they stay in view, folded. */
   | { type: 'dropTurns'; conversationId: string; messageIds: string[]; now: number }
   | { type: 'send'; conversationId: string; user: Message; assistant: Message; now: number; systemPrompt?: string }
@@ -135,38 +150,6 @@ export type ChatAction =
   | ({ type: 'answer/finished'; finishReason: FinishReason; stats?: AnswerStats; at?: number } & AnswerRef)
   | ({ type: 'answer/failed'; error: ApiError; stats?: AnswerStats; at?: number } & AnswerRef)
   | ({ type: 'answer/interrupted'; reason: string; unresumable?: boolean; stats?: AnswerStats; at?: number } & AnswerRef);
-
-/** The messages for Continue: the history before the answer, then the partial answer as the last, assistant, turn. */
-export function continuationOf(conversation: Conversation, messageId: string, fallbackSystemPrompt = ''): WireMessage[] | null {
-  const message = conversation.messages.find((m) => m.id === messageId);
-  if (!message || !canContinue(message)) return null;
-  return [...historyBefore(conversation, messageId, fallbackSystemPrompt), { role: 'assistant', content: message.content }];
-}
-
-export function titleFrom(text: string): string {
-  const line = text.trim().split('\n')[0]?.trim() ?? '';
-  if (!line) return 'New conversation';
-  return line.length > 60 ? `${line.slice(0, 57)}…` : line;
-}
-
-/**
- * The messages the model sees for the answer `beforeId`: the conversation's system prompt
- * (else `fallbackSystemPrompt`), then the branch in view before it, minus failed answers
- * and the turns dropped from the context (and those in `skip`).
- */
-export function historyBefore(conversation: Conversation, beforeId: string, fallbackSystemPrompt = '', skip?: ReadonlySet<string>): WireMessage[] {
-  const history: WireMessage[] = [];
-  const systemPrompt = conversation.systemPrompt ?? fallbackSystemPrompt;
-  if (systemPrompt.trim()) history.push({ role: 'system', content: systemPrompt });
-  const dropped = new Set([...(conversation.dropped ?? []), ...(skip ?? [])]);
-  for (const message of conversation.messages) {
-    if (message.id === beforeId) break;
-    if (message.role === 'assistant' && !message.content) continue;
-    if (dropped.has(message.id)) continue; // dropped from the context: shown, not sent
-    history.push({ role: message.role, content: message.content });
-  }
-  return history;
-}
 
 function touch(state: ChatState, conversation: Conversation): ChatState {
   return {
@@ -231,7 +214,8 @@ function editOrRegenerate(state: ChatState, action: Extract<ChatAction, { type: 
   let index = action.messageId ? path.findIndex((m) => m.id === action.messageId && m.role === 'assistant') : path.length - 1;
   if (index < 0) return state;
   if (path[index]?.role !== 'assistant') index += 1; // the last turn was a question: answer it
-  if (index === 0 || path[index - 1]?.role !== 'user') return state; // nothing was asked
+  const before = path[index - 1];
+  if (!before || (before.role !== 'user' && !allAnswered(before))) return state; // nothing was asked
   return touch(state, { ...addVersion(conversation, index, action.assistant), updatedAt: action.now });
 }
 
@@ -307,11 +291,26 @@ export function chatReducer(state: ChatState, action: ChatAction): ChatState {
       const conversation = state.conversations[action.conversationId];
       return conversation ? replace(state, { ...conversation, systemPrompt: action.text }) : state;
     }
+    case 'conversationSettings': {
+      const conversation = state.conversations[action.conversationId];
+      if (!conversation) return state;
+      const { settings: _old, ...rest } = conversation;
+      return replace(state, action.settings ? { ...rest, settings: action.settings } : rest);
+    }
+    case 'toolResults': {
+      const conversation = state.conversations[action.conversationId];
+      const index = conversation?.messages.findIndex((m) => m.id === action.messageId) ?? -1;
+      const answered = conversation?.messages[index];
+      if (!conversation || !answered?.toolCalls?.length || index !== conversation.messages.length - 1 || conversation.messages.some(isRunning)) return state;
+      const messages = conversation.messages.slice();
+      messages[index] = { ...answered, toolResults: action.results };
+      return touch(state, { ...addVersion({ ...conversation, messages }, index + 1, action.assistant), updatedAt: action.now });
+    }
     case 'send': {
       const existing = state.conversations[action.conversationId];
       const base: Conversation = existing ?? {
         id: action.conversationId,
-        title: titleFrom(action.user.content),
+        title: titleFrom(action.user.content || (action.user.attachments?.[0]?.name ?? '')),
         createdAt: action.now,
         updatedAt: action.now,
         messages: [],

@@ -1,5 +1,5 @@
 import { beforeEach, describe, expect, it } from 'vitest';
-import { loadDraft, saveDraft } from './drafts';
+import { loadDraft, loadDraftFiles, saveDraft, saveDraftFiles } from './drafts';
 
 /** localStorage as a browser has it, for node. */
 class MemoryStorage {
@@ -33,6 +33,16 @@ describe('drafts', () => {
     saveDraft('c1', '   ');
     expect(loadDraft('c1')).toBe('');
     expect(storage.size).toBe(1);
+  });
+
+  it('keeps the files added to a draft, and forgets them once none is left', () => {
+    saveDraftFiles('c1', [{ name: 'a.csv', text: 'x,y', tokens: 3 }]);
+    expect(loadDraftFiles('c1')).toEqual([{ name: 'a.csv', text: 'x,y', tokens: 3 }]);
+    expect(loadDraftFiles('c2')).toEqual([]);
+    saveDraftFiles('c1', []);
+    expect(storage.size).toBe(0);
+    storage.setItem('tokenpipe.draftFiles.c3', '{broken');
+    expect(loadDraftFiles('c3')).toEqual([]);
   });
 
   it('reads nothing where there is no storage', () => {

@@ -23,7 +23,16 @@ export interface Settings {
   toolChoice: ToolChoice;
   /** false: at most one call per answer. */
   parallelToolCalls: boolean;
+  /** The answer's shape: free text, any JSON object, or JSON that `jsonSchema` allows. */
+  answerFormat: AnswerFormat;
+  /** The schema for answerFormat 'schema' (a JSON Schema object); null: none set. */
+  jsonSchema: Record<string, unknown> | null;
+  /** Ask the model to think before it answers. */
+  think: boolean;
 }
+
+export type AnswerFormat = 'text' | 'json' | 'schema';
+export const ANSWER_FORMATS: readonly AnswerFormat[] = ['text', 'json', 'schema'];
 
 export const DEFAULT_SETTINGS: Settings = {
   transport: 'ws',
@@ -41,6 +50,9 @@ export const DEFAULT_SETTINGS: Settings = {
   tools: [],
   toolChoice: 'auto',
   parallelToolCalls: true,
+  answerFormat: 'text',
+  jsonSchema: null,
+  think: false,
 };
 
 const KEY = 'tokenpipe.settings';
@@ -90,6 +102,9 @@ export function parseSettings(raw: string | null): Settings {
     tools: toolsFrom(v.tools),
     toolChoice: TOOL_CHOICES.find((c) => c === v.toolChoice) ?? 'auto',
     parallelToolCalls: v.parallelToolCalls !== false,
+    answerFormat: ANSWER_FORMATS.find((f) => f === v.answerFormat) ?? 'text',
+    jsonSchema: isRecord(v.jsonSchema) ? v.jsonSchema : null,
+    think: v.think === true,
   };
 }
 
@@ -126,6 +141,9 @@ export function samplingParams(settings: Settings): SamplingParams {
     params.tool_choice = settings.toolChoice;
     if (!settings.parallelToolCalls) params.parallel_tool_calls = false;
   }
+  if (settings.answerFormat === 'json') params.response_format = { type: 'json_object' };
+  if (settings.answerFormat === 'schema' && settings.jsonSchema) params.response_format = { type: 'json_schema', json_schema: { name: 'answer', schema: settings.jsonSchema } };
+  if (settings.think) params.think = true;
   return params;
 }
 
@@ -183,4 +201,16 @@ export function parseTools(text: string): { tools: ToolSpec[] } | { error: strin
     return { error: `not JSON: ${error instanceof Error ? error.message : String(error)}` };
   }
   return checkTools(value);
+}
+
+/** The JSON schema field: empty is none; anything else must be a JSON object (a JSON Schema). */
+export function parseSchema(text: string): { schema: Record<string, unknown> | null } | { error: string } {
+  if (!text.trim()) return { schema: null };
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    return { error: `not JSON: ${error instanceof Error ? error.message : String(error)}` };
+  }
+  return isRecord(value) ? { schema: value } : { error: 'a JSON Schema is a JSON object: {"type": "object", "properties": {...}}' };
 }
