@@ -248,6 +248,7 @@ def vllm_servers() -> Iterator[tuple[Any, Any]]:
         for server in servers:
             server.wait_ready()
         print(f"vLLM: two servers ready after {max(s.ready_after_s or 0 for s in servers):.0f} s")
+        LEAVING[group_of("tests/e2e/test_vllm.py")] = stack.close
         yield servers[0], servers[1]
 
 
@@ -306,6 +307,23 @@ FIRST = ("tests/e2e/test_wheel_install.py", "vllm", "transformers",
 def group_of(nodeid: str) -> str:
     module = nodeid.split("::", 1)[0]
     return GROUPS.get(module, module)
+
+
+# What a group's last test closes: a session fixture shared by one group only (the vLLM
+# servers idle at about a tenth of a core and hold 5 GB while the rest of the suite runs).
+LEAVING: dict[str, Callable[[], None]] = {}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After the last test of a group on this worker (its tests run together, in one
+    worker: pytest_xdist_make_scheduler), closes what that group registered in LEAVING."""
+    try:
+        return (yield)
+    finally:
+        group = group_of(item.nodeid)
+        if group in LEAVING and (nextitem is None or group_of(nextitem.nodeid) != group):
+            LEAVING.pop(group)()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

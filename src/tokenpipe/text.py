@@ -19,6 +19,15 @@ class Utf8Decoder:
     def __init__(self) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
+    @classmethod
+    def after(cls, earlier: bytes) -> Utf8Decoder:
+        """A decoder that goes on from `earlier`: the first bytes fed complete a character
+        that `earlier` ends inside (an answer continued from its token ids, whose last
+        token may end in the middle of one, its text not sent yet)."""
+        decoder = cls()
+        decoder.feed(earlier[-3:])  # a character's lead: at most 3 of its 4 bytes
+        return decoder
+
     def feed(self, data: bytes) -> str:
         return self._decoder.decode(data, final=False)
 

@@ -127,8 +127,9 @@ class FakeEngine(Engine):
         request = prepared.request
         begun = prefill_of(request)  # the answer begun: the directives are the turn's before
         messages = request.messages or ()
-        if request.prompt_ids is not None:  # read back as text (a continuation from ids)
-            last, begun = _read_ids(request.prompt_ids)
+        begun_bytes = (begun or "").encode()
+        if request.prompt_ids is not None:  # read back (a continuation from ids)
+            last, begun_bytes = _read_ids(request.prompt_ids)
         elif request.prompt is not None:
             last = request.prompt
         else:
@@ -140,7 +141,7 @@ class FakeEngine(Engine):
         n_script = int(directives.get("tokens", len(script)))
         # an answer begun as this script would have begun it goes on from there, as a
         # model goes on with its own text (a take-over, server/state/)
-        skip, rest = _resume_point(script, (begun or "").encode())
+        skip, rest = _resume_point(script, begun_bytes)
         fail_after = int(directives["fail_after"]) if "fail_after" in directives else None
         pace = directives.get("pace_ms", self.pace_ms) / 1000.0
         yield EngineStart(prepared.prompt_tokens)
@@ -150,7 +151,7 @@ class FakeEngine(Engine):
                 await asyncio.sleep(directives["prefill_ms"] / 1000.0)
                 if total > PROGRESS_TOKENS:  # one chunk: no progress, as on llama.cpp
                     yield EngineProgress(min(done, total), total)
-        decoder = Utf8Decoder()
+        decoder = Utf8Decoder.after(begun_bytes)  # an answer's ids may end in a character
         top = request.params.logprobs
         scored: list[TokenLogprob] = []  # until the text that completes them
         produced = skip
@@ -193,14 +194,16 @@ class FakeEngine(Engine):
         yield EngineFinish(reason, Usage(prepared.prompt_tokens, produced))
 
 
-def _read_ids(ids: tuple[int, ...]) -> tuple[str, str | None]:
-    """A prompt given as ids: (the text its directives are read from, the answer begun).
-    A rendered chat's ids are its last user turn and what follows its assistant tag."""
-    text = b"".join(_bytes_or_none(i) for i in ids).decode("utf-8", "replace")
-    turns, tag, begun = text.rpartition("<|assistant|>")
+def _read_ids(ids: tuple[int, ...]) -> tuple[str, bytes]:
+    """A prompt given as ids: (the text its directives are read from, the bytes of the
+    answer begun, which may end inside a character). A rendered chat's ids are its last
+    user turn and what follows its assistant tag."""
+    data = b"".join(_bytes_or_none(i) for i in ids)
+    turns, tag, begun = data.rpartition(b"<|assistant|>")
     if not tag:
-        return text, None
-    return turns.rpartition("<|user|>")[2].partition("<|end|>")[0], begun or None
+        return data.decode("utf-8", "replace"), b""
+    last = turns.rpartition(b"<|user|>")[2].partition(b"<|end|>")[0]
+    return last.decode("utf-8", "replace"), begun
 
 
 def _bytes_or_none(token_id: int) -> bytes:

@@ -108,3 +108,32 @@ def test_bench_decode_steps_names_a_missing_model_without_a_traceback(tmp_path: 
          str(missing)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert done.stderr.strip() == f"tokenpipe bench: model file not found: {missing}"
+
+
+async def test_an_answer_going_on_from_ids_inside_a_character_completes_it(
+        engine: LlamaCppEngine) -> None:
+    """A take-over goes on from the answer's token ids (server/state/follower.py). A token
+    may end inside a character whose text was not sent yet: the continuation's first text
+    completes that character (no U+FFFD), and the whole is the uninterrupted answer."""
+    from tokenpipe.engines.prefill import from_ids
+    from tokenpipe.text import Utf8Decoder
+
+    request = GenerationRequest(
+        messages=(Message("user", "Repeat exactly: こんにちは、世界。🎉 ありがとう。"),),
+        params=SamplingParams(max_tokens=40, temperature=0))
+    prepared = engine.prepare(request, 40)
+    events = [e async for e in engine.stream(prepared) if isinstance(e, EngineText)]
+    whole = "".join(e.text for e in events)
+    ids = [i for e in events for i in e.token_ids]
+    pieces = [engine._vocab.piece(i) for i in ids]
+    inside = [k for k in range(1, len(ids))
+              if Utf8Decoder().feed(b"".join(pieces[:k])) != b"".join(pieces[:k]).decode(
+                  "utf-8", "replace")]
+    assert inside, (whole, ids)  # the answer has a character split between tokens
+    for k in inside[:3]:
+        sent = Utf8Decoder().feed(b"".join(pieces[:k]))
+        going_on = from_ids(request, tuple(prepared.prompt_ids), tuple(ids[:k]), 40 - k)
+        assert going_on is not None
+        rest = "".join([e.text async for e in engine.stream(engine.prepare(going_on, 40 - k))
+                        if isinstance(e, EngineText)])
+        assert "\ufffd" not in rest and sent + rest == whole, (k, sent, rest, whole)

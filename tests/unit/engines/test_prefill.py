@@ -158,3 +158,33 @@ def test_an_answer_goes_on_from_its_token_ids() -> None:
                                 params=SamplingParams(stop=("END",)))
     assert from_ids(stopped, (1,), (2,), 5) is None
     assert from_ids(chat, (1,), (2,), 0) is None
+
+
+async def test_the_fake_goes_on_from_ids_at_every_token_even_inside_a_character() -> None:
+    """A take-over from token ids (server/state/follower.py) on the fake engine, after each
+    of an answer's tokens: its script holds characters of 3 and 4 bytes that tokens split;
+    the text sent so far and the continuation's make the uninterrupted answer."""
+    from tokenpipe.engines.fake import fake_token_bytes
+    from tokenpipe.engines.prefill import from_ids
+    from tokenpipe.text import Utf8Decoder
+    from tokenpipe.types import EngineText
+
+    engine = FakeEngine(pace_ms=0)
+    request = GenerationRequest(messages=(Message("user", "Hello"),),
+                                params=SamplingParams(max_tokens=120))
+    prepared = engine.prepare(request, 120)
+    events = [e async for e in engine.stream(prepared) if isinstance(e, EngineText)]
+    whole = "".join(e.text for e in events)
+    ids = [i for e in events for i in e.token_ids]
+    assert len(ids) == 120 and any(ord(c) > 0xFFFF for c in whole)  # emoji: 4 bytes
+    split = 0
+    for k in range(1, len(ids)):
+        data = b"".join(fake_token_bytes(i) for i in ids[:k])
+        sent = Utf8Decoder().feed(data)
+        split += len(sent.encode()) < len(data)
+        going_on = from_ids(request, tuple(prepared.prompt_ids), tuple(ids[:k]), 120 - k)
+        assert going_on is not None
+        rest = "".join([e.text async for e in engine.stream(engine.prepare(going_on, 120 - k))
+                        if isinstance(e, EngineText)])
+        assert sent + rest == whole, (k, sent[-10:], rest[:10])
+    assert split  # some of those went on inside a character

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ...constrain import Guides, OnFirstUse, check_request, llamacpp_view
 from ...errors import EngineError, EngineUnavailable, MissingDependency
+from ...text import Utf8Decoder
 from ...types import EngineEvent, EngineFinish, EngineStart, GenerationRequest
 from ..base import (
     DEFAULT_CONTEXT,
@@ -221,6 +222,9 @@ class LlamaCppEngine(DecodeThread, Engine):
         items: asyncio.Queue[EngineEvent | BaseException] = asyncio.Queue()
         seq = Seq(prepared, items.put_nowait, asyncio.get_running_loop(),
                    list(prepared.prompt_ids), prepared.max_tokens)
+        if prepared.request.prompt_ids is not None:  # may go on inside a character
+            tail = prepared.request.prompt_ids[-3:]
+            seq.decoder = Utf8Decoder.after(b"".join(map(self._vocab.piece, tail)))
         self._inbox.put(seq)
         self._wake.set()
         if self._failure is not None:  # failed for good between the check and the put
