@@ -292,16 +292,21 @@ def transformers_loads_once() -> Iterator[None]:
 # module-scoped servers start once.
 GROUPS = {**dict.fromkeys(TRANSFORMERS_GROUP, "transformers"),
           "tests/e2e/test_vllm.py": "vllm", "tests/e2e/test_upstream_contract.py": "vllm"}
-# The groups that take longest (a quiet 2-worker run's wall times, 30-190 s each), started
-# first so that no long one is left to run alone at the end; the rest follow in file order.
-FIRST = ("tests/e2e/test_wheel_install.py", "vllm", "transformers",
-         "tests/e2e/test_web_ui_progress.py", "tests/e2e/test_logprobs.py",
-         "tests/e2e/test_schemathesis.py", "tests/e2e/test_web_ui_reload.py",
-         "tests/e2e/test_memory.py", "tests/e2e/test_replicas.py",
-         "tests/e2e/test_responses_tools.py", "tests/e2e/test_web_ui.py",
-         "tests/e2e/test_forced_calls.py", "tests/e2e/test_client_schemas.py",
-         "tests/e2e/test_hostile_http.py", "tests/e2e/test_web_ui_context.py",
-         "tests/unit/engines/test_llamacpp_kv.py", "tests/unit/engines/test_llamacpp.py")
+# The groups that take longest, longest first (a quiet 3-worker run's times, 2026-12-03:
+# 320 s for the transformers group down to 25 s), so that no long one is left to run alone
+# at the end; the rest follow in file order.
+FIRST = ("transformers", "tests/e2e/test_wheel_install.py", "vllm",
+         "tests/unit/engines/test_llamacpp_kv.py", "tests/e2e/test_replicas.py",
+         "tests/e2e/test_hostile_http.py", "tests/e2e/test_web_ui_reload.py",
+         "tests/e2e/test_forced_calls.py", "tests/e2e/test_web_ui_context.py",
+         "tests/e2e/test_web_ui.py", "tests/e2e/test_web_ui_chat.py",
+         "tests/e2e/test_client_schemas.py", "tests/e2e/test_logprobs.py",
+         "tests/e2e/test_embeddings.py", "tests/e2e/test_web_ui_progress.py",
+         "tests/e2e/test_web_ui_parts.py", "tests/e2e/test_schemathesis.py",
+         "tests/e2e/test_web_ui_keyboard.py", "tests/e2e/test_hostile_ws.py",
+         "tests/e2e/test_memory.py", "tests/e2e/test_replicas_partition.py",
+         "tests/e2e/test_fuzz_and_soak.py", "tests/e2e/test_responses_store_bounds.py",
+         "tests/e2e/test_hostile_schemas.py", "tests/unit/engines/test_llamacpp_speculate.py")
 
 
 def group_of(nodeid: str) -> str:
