@@ -5,11 +5,13 @@ from tokenpipe.client through nginx. Prints, for each scenario, how many streams
 with the uninterrupted answer and the clients' worst waits for a delta.
 
     .venv/bin/python scripts/bench_replicas.py --streams 100 --tokens 200
-    .venv/bin/python scripts/bench_replicas.py --scenario kill      # or rolling
+    .venv/bin/python scripts/bench_replicas.py --scenario kill      # rolling, upstream
 
 Scenarios: `kill` SIGKILLs one replica mid-stream (its clients reconnect through nginx and
 another replica takes their streams over); `rolling` restarts every replica in turn with
-SIGTERM during the load. Needs redis-server and nginx (scripts/setup.sh --test)."""
+SIGTERM during the load; `upstream` SIGKILLs one upstream mid-stream (the replicas go on
+with its answers on the other, from their token ids: no client sees it but as a pause).
+Needs redis-server and nginx (scripts/setup.sh --test)."""
 
 from __future__ import annotations
 
@@ -98,7 +100,8 @@ def nginx(port: int, replicas: list[int], tmp: Path) -> Proc:
 
 
 async def stream(url: str, messages: list[dict[str, str]], tokens: int,
-                 waits: list[tuple[float, int]], seen: list[list[float]]) -> tuple[str, int]:
+                 waits: list[tuple[float, int]], seen: list[list[float]],
+                 every: list[list[float]]) -> tuple[str, int]:
     async with Client(url, resume_s=60) as client:
         gen = await client.generate(messages, resumable=True,
                                     params={"max_tokens": tokens, "temperature": 0})
@@ -110,6 +113,7 @@ async def stream(url: str, messages: list[dict[str, str]], tokens: int,
             worst, last = max(worst, now - last), now
             times.append(now)
         waits.append((worst, gen.resumes))
+        every.append(times)
         if gen.resumes:
             seen.append(times)
         return gen.text, gen.resumes
@@ -123,15 +127,17 @@ def across(times: list[float], killed: float) -> float | None:
 
 
 async def scenario(name: str, args: argparse.Namespace, replicas: list[Proc],
-                   front: str, tmp: Path) -> None:
-    messages = [{"role": "user", "content": f"[[pace_ms={args.pace_ms}]]"}]
+                   ups: list[Proc], front: str, tmp: Path) -> None:
+    messages = [{"role": "user",  # the fake script, cycled to --tokens
+                 "content": f"[[pace_ms={args.pace_ms}]] [[tokens={args.tokens}]]"}]
     async with Client(front) as client:
         reference = await (await client.generate(
             messages, params={"max_tokens": args.tokens, "temperature": 0})).collect()
     waits: list[tuple[float, int]] = []
     seen: list[list[float]] = []  # each resumed stream's delta times
+    every: list[list[float]] = []  # every stream's
     started = time.monotonic()
-    runs = [asyncio.create_task(stream(front, messages, args.tokens, waits, seen))
+    runs = [asyncio.create_task(stream(front, messages, args.tokens, waits, seen, every))
             for _ in range(args.streams)]
     await asyncio.sleep(args.tokens * args.pace_ms / 1000 / 3)  # a third in
     killed = time.monotonic()
@@ -140,6 +146,11 @@ async def scenario(name: str, args: argparse.Namespace, replicas: list[Proc],
         killed = time.monotonic()  # it is gone: a delta after this came from another
         replicas[0] = tokenpipe(replicas[0].port, tmp, *replicas[0].cmd[6:])
         await asyncio.to_thread(replicas[0].wait)
+    elif name == "upstream":
+        await asyncio.to_thread(ups[0].stop, signal.SIGKILL)
+        killed = time.monotonic()
+        ups[0] = tokenpipe(ups[0].port, tmp, *ups[0].cmd[6:])  # back for what follows
+        await asyncio.to_thread(ups[0].wait)
     else:
         for i, old in enumerate(list(replicas)):
             await asyncio.to_thread(old.stop, signal.SIGTERM)
@@ -176,6 +187,11 @@ async def scenario(name: str, args: argparse.Namespace, replicas: list[Proc],
         gaps = [g for g in (across(t, killed) for t in seen) if g is not None]
         print(f"  the killed replica's clients' gap, last delta before the kill to the next: "
               f"{spread(gaps)} ({len(gaps)} streams)")
+    if name == "upstream":  # the streams it served paused; the others did not
+        gaps = sorted(g for g in (across(t, killed) for t in every) if g is not None)
+        moved = gaps[len(gaps) // 2:]  # about half were on the killed upstream
+        print(f"  every client's gap, last delta before the kill to the next: {spread(gaps)}"
+              f"; the longer half's (those the kill moved): {spread(moved)}")
 
 
 def main() -> int:
@@ -185,12 +201,13 @@ def main() -> int:
     parser.add_argument("--pace-ms", type=float, default=20)
     parser.add_argument("--replicas", type=int, default=3)
     parser.add_argument("--upstreams", type=int, default=2)
-    parser.add_argument("--scenario", choices=["kill", "rolling", "all"], default="all")
+    parser.add_argument("--scenario", choices=["kill", "rolling", "upstream", "all"], default="all")
     parser.add_argument("--lease-s", type=float, default=3.0, help="--state-lease-s")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="tokenpipe-chaos-"))
     procs: list[Proc] = []
     replicas: list[Proc] = []
+    ups: list[Proc] = []
     try:
         redis_port = free_port()
         redis = Proc(["redis-server", "--port", str(redis_port), "--save", "",
@@ -199,7 +216,6 @@ def main() -> int:
         time.sleep(0.3)
         ups = [tokenpipe(free_port(), tmp, "--engine", "fake", "--parallel", "256",
                          "--max-queue", "1024") for _ in range(args.upstreams)]
-        procs += ups
         for u in ups:  # a replica whose upstreams are all down at its start never loads
             u.wait()
         upstream = ",".join(f"http://127.0.0.1:{u.port}" for u in ups)
@@ -214,14 +230,15 @@ def main() -> int:
         front.wait()
         procs += [front]
         url = f"ws://127.0.0.1:{front.port}/ws"
-        names = ["kill", "rolling"] if args.scenario == "all" else [args.scenario]
+        names = (["kill", "rolling", "upstream"] if args.scenario == "all"
+                 else [args.scenario])
         print(f"{args.streams} streams of {args.tokens} tokens ({args.pace_ms:g} ms a token), "
               f"{args.replicas} replicas, {args.upstreams} fake upstreams, nginx, Redis, "
               f"lease {args.lease_s:g} s; logs in {tmp}")
         for name in names:
-            asyncio.run(scenario(name, args, replicas, url, tmp))
+            asyncio.run(scenario(name, args, replicas, ups, url, tmp))
     finally:
-        for p in [*replicas, *reversed(procs)]:
+        for p in [*replicas, *ups, *reversed(procs)]:
             p.stop()
     return 0
 

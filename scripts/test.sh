@@ -19,11 +19,11 @@ status=0
 if [ -f web/package.json ] && [ $# -eq 0 ]; then
   npm test --prefix web --silent || status=$?
 fi
-# pytest runs on TOKENPIPE_TEST_WORKERS pytest-xdist workers (default 2; 0 or 1: one
+# pytest runs on TOKENPIPE_TEST_WORKERS pytest-xdist workers (default 3; 0 or 1: one
 # process), each taking whole modules (tests/conftest.py, group_of), the longest first; on
 # a worker the engines decode on one thread (THREADS): the cores stay full while one
 # worker waits on a server, a browser or a paced stream.
-workers=${TOKENPIPE_TEST_WORKERS:-2}
+workers=${TOKENPIPE_TEST_WORKERS:-3}
 parallel=()
 [ "$workers" -gt 1 ] && parallel=(-n "$workers")
 .venv/bin/python -m pytest -ra "${parallel[@]}" "$@" || status=$?

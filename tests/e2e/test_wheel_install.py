@@ -198,16 +198,18 @@ def sdist_tree(dist: Path, tmp_path: Path) -> Path:
 
 def test_without_node_the_build_says_what_to_do_and_skip_ui_builds_without_it(
         sdist_tree: Path, venv: Path, no_node: str, tmp_path: Path) -> None:
+    # --no-isolation: setup.py's own behaviour, without a build venv each (the isolated
+    # build is the `dist` fixture's)
     out = tmp_path / "out"
-    failed = run([sys.executable, "-m", "build", "--wheel", "--outdir", str(out),
-                  str(sdist_tree)], timeout=600, env=build_env(no_node), ok=False)
+    failed = run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir",
+                  str(out), str(sdist_tree)], timeout=600, env=build_env(no_node), ok=False)
     assert failed.returncode != 0
     assert ("building the wheel needs Node 20 and npm for the web UI; or set "
             "TOKENPIPE_SKIP_UI=1 to build without it") in failed.stdout + failed.stderr
     assert not list(out.glob("*.whl"))
 
-    run([sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(sdist_tree)],
-        timeout=600, env=build_env(no_node, TOKENPIPE_SKIP_UI="1"))
+    run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out),
+         str(sdist_tree)], timeout=600, env=build_env(no_node, TOKENPIPE_SKIP_UI="1"))
     (bare,) = out.glob("tokenpipe-*.whl")
     assert not any("/static/" in n for n in zipfile.ZipFile(bare).namelist())
     # served from the venv's dependencies with this wheel's package first on the path
