@@ -16,6 +16,7 @@ import openai
 import pytest
 
 from tests.conftest import THREADS, ServerProcess, closed_after_test
+from tests.e2e.vllm_server import vllm_home
 from tokenpipe.client import Client
 from tokenpipe.engines.base import bundled_model_path
 from tokenpipe.engines.llamacpp.exact import GGML_TYPE_BF16
@@ -188,10 +189,14 @@ def _decodes(data: bytes) -> bool:
 def test_the_transformers_engine_gives_them_through_the_same_path(
         live_server: Any) -> None:
     """The same door, scheduler and alignment over the transformers engine (the bundled
-    GGUF loaded through transformers): streamed equal whole, one entry per token."""
+    model through transformers): streamed equal whole, one entry per token. It loads the
+    Hugging Face folder the vLLM set-up wrote from the bundled GGUF where there is one (a
+    second of loading, against 20 s of CPU to convert the GGUF again: the transformers
+    group's tests load the GGUF itself once a session)."""
     pytest.importorskip("transformers")
-    url = live_server("--engine", "transformers", "--model", str(bundled_model_path()),
-                      "--parallel", "1")
+    folder = vllm_home() / "model"
+    model = folder if (folder / "model.safetensors").is_file() else bundled_model_path()
+    url = live_server("--engine", "transformers", "--model", str(model), "--parallel", "1")
     client = closed_after_test(openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0))
     ask: dict[str, Any] = {"model": client.models.list().data[0].id, "messages": COLORS,
                            "max_tokens": 12, "temperature": 0, "logprobs": True,
