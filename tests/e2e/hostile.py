@@ -104,3 +104,24 @@ class Bystander:
         assert seqs == list(range(len(seqs))), f"seq gaps or repeats: {seqs[:50]}"
         assert self.frames and self.frames[-1]["type"] == "end", self.frames[-3:]
         assert "".join(d["text"] for d in self.deltas) == self.expected
+
+
+def stream_apart(ws_url: str, tokens: int, pace_ms: float, started: Any, out: Any) -> None:
+    """A Bystander in a process of its own (multiprocessing's spawn): what the attacking
+    test costs its own process (its GIL, its loop) is then not read as the server's stall.
+    Sets `started` at the first delta; puts (frames, arrivals, expected) or an error's text
+    on `out`. The arrivals are time.monotonic, one clock for every process here."""
+
+    async def run() -> None:
+        bystander = Bystander(ws_url, tokens=tokens, pace_ms=pace_ms)
+        try:
+            async with bystander:
+                started.set()
+        except BaseException as exc:  # handed to the test's process
+            out.put(f"the bystander failed: {type(exc).__name__}: {exc}")
+        else:
+            out.put((bystander.frames, bystander.arrivals, bystander.expected))
+        finally:
+            started.set()
+
+    asyncio.run(run())
