@@ -193,9 +193,14 @@ def slots_busy(server: LlamaServer) -> int:
 @pytest.mark.model
 async def test_a_killed_llama_server_s_greedy_answer_goes_on_on_another() -> None:
     """Greedy on llama.cpp's own server: the continuation (the text so far as the last
-    assistant message, re-tokenized by the next llama-server) equals the uninterrupted
-    answer. Then with a JSON schema on the last two: engine_error, never a continuation
-    under a grammar started again."""
+    assistant message, re-tokenized by the next llama-server: it returns no token ids) goes
+    on from exactly the text the client has, nothing lost or repeated at the seam, to the
+    answer's full 200 tokens. Equal to the uninterrupted answer only mostly: re-tokenized
+    text and a prefill batch are not the tokens and single steps that made it (one run in
+    seven of the whole suite differed 100 characters after the move), so equality is
+    printed, not asserted; from token ids (tokenpipe and vLLM upstreams) it is asserted.
+    Then with a JSON schema on the last two: engine_error, never a continuation under a
+    grammar started again."""
     if not os.environ.get("CI"):
         pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
     ask = [{"role": "user", "content": "Write a long story about a dragon and a knight."}]
@@ -231,7 +236,8 @@ async def test_a_killed_llama_server_s_greedy_answer_goes_on_on_another() -> Non
                       f" vs {whole[cut - 40:cut + 40]!r}")
             assert gen.end is not None and gen.end["finish_reason"] == "length"
             assert gen.end["usage"]["completion_tokens"] == 200
-            assert equal
+            seam = int(moved[2])  # the characters the client had when it moved
+            assert gen.text[:seam] == whole[:seam] and len(gen.text) > seam
 
             left = [u for u in upstreams if u is not victim]
             schema = {"max_tokens": 200, "temperature": 0, "response_format": {
