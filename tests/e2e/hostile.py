@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import multiprocessing
 import time
 from types import TracebackType
 from typing import Any
@@ -125,3 +126,34 @@ def stream_apart(ws_url: str, tokens: int, pace_ms: float, started: Any, out: An
             started.set()
 
     asyncio.run(run())
+
+
+class Apart(Bystander):
+    """A Bystander streaming from a process of its own (stream_apart, multiprocessing's
+    spawn), used the same way: what the attacking test costs its own process (building
+    and sending half a megabyte of JSON, its GIL, its loop) is then not read as the
+    server's stall. Its frames are copied here when the block ends."""
+
+    async def __aenter__(self) -> Apart:
+        spawn = multiprocessing.get_context("spawn")
+        self._began, self._out = spawn.Event(), spawn.Queue()
+        self._proc = spawn.Process(target=stream_apart, name="bystander", args=(
+            self.ws_url, self.tokens, self.pace_s * 1000, self._began, self._out))
+        self._proc.start()
+        if not await asyncio.to_thread(self._began.wait, 60):
+            self._proc.kill()
+            raise AssertionError("the bystander did not start")
+        return self
+
+    async def __aexit__(self, t: type[BaseException] | None, e: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        try:
+            result = await asyncio.to_thread(self._out.get, True,
+                                             60 + self.tokens * self.pace_s * 4)
+        finally:
+            await asyncio.to_thread(self._proc.join, 30)
+            if self._proc.is_alive():
+                self._proc.kill()
+        if isinstance(result, str):
+            raise AssertionError(result)
+        self.frames, self.arrivals, self.expected = result

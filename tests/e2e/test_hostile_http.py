@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import multiprocessing
 import os
 import re
 import resource
@@ -26,7 +25,7 @@ import pytest
 import websockets
 
 from tests.conftest import LOGS, ServerProcess, broken_model, free_port, running
-from tests.e2e.hostile import Bystander, rss_mb, stream_apart
+from tests.e2e.hostile import Apart, rss_mb
 
 FIGURES: list[dict[str, Any]] = []
 JSON_HEAD = b"content-type: application/json\r\n"
@@ -74,33 +73,6 @@ async def health_ok(server: ServerProcess, source: str = "127.0.0.1") -> bool:
     return False
 
 
-@contextlib.contextmanager
-def streaming(bystander: Bystander) -> Iterator[Callable[[], None]]:
-    """Streams in a process of its own (hostile.stream_apart), so that what the attacker
-    costs this process is not counted as the server's stall (a thread of this process
-    shared its GIL: under a loaded suite its stall read 1.13 s once); waits for the
-    stream's end and copies its frames onto `bystander`."""
-    spawn = multiprocessing.get_context("spawn")
-    started, out = spawn.Event(), spawn.Queue()
-    proc = spawn.Process(target=stream_apart, name="bystander", args=(
-        bystander.ws_url, bystander.tokens, bystander.pace_s * 1000, started, out))
-    proc.start()
-
-    def wait_started() -> None:
-        assert started.wait(60), "the bystander did not start"
-
-    try:
-        yield wait_started
-        result = out.get(timeout=180)
-    finally:
-        proc.join(30)
-        if proc.is_alive():
-            proc.kill()
-    if isinstance(result, str):
-        raise AssertionError(result)
-    bystander.frames, bystander.arrivals, bystander.expected = result
-
-
 async def under_attack(server: ServerProcess, name: str, sent: str,
                        attack: Callable[[], Awaitable[Any]], *, tokens: int = 300) -> Any:
     """Runs `attack` while a bystander streams and RSS is sampled; checks the bystander,
@@ -116,9 +88,7 @@ async def under_attack(server: ServerProcess, name: str, sent: str,
             await asyncio.sleep(0.02)
 
     sampler = asyncio.create_task(sample())
-    bystander = Bystander(server.ws_url, tokens=tokens)
-    with streaming(bystander) as wait_started:
-        await asyncio.to_thread(wait_started)
+    async with Apart(server.ws_url, tokens=tokens) as bystander:
         result = await attack()
         ended = time.monotonic()
         while not await health_ok(server):

@@ -19,7 +19,7 @@ import pytest
 import websockets
 
 from tests.conftest import ServerProcess, running
-from tests.e2e.hostile import Bystander
+from tests.e2e.hostile import Apart
 
 pytestmark = [pytest.mark.e2e, pytest.mark.model]
 
@@ -88,7 +88,7 @@ async def prompt_tokens(http: httpx.AsyncClient, server: ServerProcess, text: st
 
 async def test_a_forged_system_turn_in_a_message_is_text_on_every_door(
         server: ServerProcess, tokenize: Any) -> None:
-    async with Bystander(server.ws_url, tokens=200) as bystander, httpx.AsyncClient(
+    async with Apart(server.ws_url, tokens=200) as bystander, httpx.AsyncClient(
             base_url=server.url, timeout=120) as http:
         empty = await prompt_tokens(http, server, "")
         forged = await prompt_tokens(http, server, FORGED)
@@ -146,7 +146,7 @@ async def ws_prefilled(server: ServerProcess, prefill: str) -> list[dict[str, An
 
 
 async def test_a_prefill_under_a_format_goes_on_in_the_format(server: ServerProcess) -> None:
-    async with Bystander(server.ws_url, tokens=200) as bystander, httpx.AsyncClient(
+    async with Apart(server.ws_url, tokens=200) as bystander, httpx.AsyncClient(
             base_url=server.url, timeout=120) as http:
         for door, path, body in prefilled(PREFILL):
             r = await http.post(path, json=body)
@@ -170,7 +170,7 @@ async def test_a_prefill_under_a_format_goes_on_in_the_format(server: ServerProc
 async def test_a_prefill_no_document_begins_with_is_a_400_naming_the_messages(
         server: ServerProcess) -> None:
     fields = {"chat": "messages", "responses": "input", "ollama": "messages"}
-    async with Bystander(server.ws_url, tokens=200) as bystander, httpx.AsyncClient(
+    async with Apart(server.ws_url, tokens=200) as bystander, httpx.AsyncClient(
             base_url=server.url, timeout=120) as http:
         for door, path, body in prefilled("Sure! Here is"):
             started = time.perf_counter()

@@ -18,7 +18,7 @@ import pytest
 import websockets
 
 from tests.conftest import ServerProcess, running
-from tests.e2e.hostile import Bystander, rss_mb
+from tests.e2e.hostile import Apart, rss_mb
 
 pytestmark = [pytest.mark.e2e, pytest.mark.model]
 
@@ -105,7 +105,7 @@ async def ws_refused(server: ServerProcess, schema: dict[str, Any]) -> dict[str,
 
 async def test_the_bystander_alone(server: ServerProcess) -> None:
     """The noise floor the figures below compare with (a loaded machine's is not zero)."""
-    async with Bystander(server.ws_url, tokens=200) as bystander:
+    async with Apart(server.ws_url, tokens=200) as bystander:
         pass
     assert bystander.frames[-1]["type"] == "end"  # (its text: the real model's, not a script)
     print(f"bystander alone: worst gap {1000 * bystander.worst_stall_s:.0f} ms")
@@ -114,7 +114,7 @@ async def test_the_bystander_alone(server: ServerProcess) -> None:
 async def test_a_schema_nested_300_deep_is_a_400_naming_the_field_on_every_door(
         server: ServerProcess) -> None:
     schema = nested(300)
-    async with Bystander(server.ws_url, tokens=200) as bystander, httpx.AsyncClient(
+    async with Apart(server.ws_url, tokens=200) as bystander, httpx.AsyncClient(
             base_url=server.url, timeout=60) as http:
         for name, path, body, field in doors(schema):
             started = time.perf_counter()
@@ -134,7 +134,7 @@ async def test_schemas_over_the_budget_are_refused_before_any_compile(
     """Issue 31's 291 KiB schema of 10,000 optional keys (15-25 s of compile, then a 500)
     and 4,000-key ones (~100 MB each, kept): six at once, beside a bystander."""
     before = rss_mb(server)
-    async with Bystander(server.ws_url, tokens=200) as bystander, httpx.AsyncClient(
+    async with Apart(server.ws_url, tokens=200) as bystander, httpx.AsyncClient(
             base_url=server.url, timeout=120) as http:
         for keys in (10_000, 4_000, 1_900):
             bodies = [doors(wide(keys, f"t{keys}_{i}_"))[0][2] for i in range(6)]
@@ -166,7 +166,7 @@ async def test_compiles_within_the_budget_stall_no_one_and_give_memory_back(
             "response_format": {"type": "json_object"}})
     assert warm.status_code == 200, warm.text
     before = rss_mb(server)
-    async with Bystander(server.ws_url, tokens=300) as bystander, httpx.AsyncClient(
+    async with Apart(server.ws_url, tokens=300) as bystander, httpx.AsyncClient(
             base_url=server.url, timeout=300) as http:
         compiles = [asyncio.create_task(http.post("/v1/chat/completions", json={
             **doors(within_budget(f"k{i}_"))[0][2], "max_tokens": 2})) for i in range(8)]

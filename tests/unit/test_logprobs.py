@@ -48,8 +48,8 @@ class Scripted(FakeEngine):
     pieces: Sequence[str] = ()
     logprobs = True
 
-    def check_output(self, request: GenerationRequest) -> None:
-        pass  # the pieces are scripted: nothing to constrain
+    def check_output(self, request: GenerationRequest) -> dict[str, object]:
+        return {}  # the pieces are scripted: nothing to constrain
 
     async def stream(self, prepared: PreparedRequest) -> AsyncIterator[EngineEvent]:
         yield EngineStart(1)

@@ -29,7 +29,14 @@ WORKERS = 2  # grammar compiles at once, per process
 MAX_WAITING = 32  # compiles queued behind them before a request is refused as overloaded
 DEADLINE_S = 10.0  # a compile (with its prompt's preparation) that takes longer: a 400
 
-_pool = concurrent.futures.ThreadPoolExecutor(WORKERS, thread_name_prefix="tokenpipe-grammar")
+def _niced() -> None:
+    import os
+    import threading
+    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+
+
+_pool = concurrent.futures.ThreadPoolExecutor(WORKERS, thread_name_prefix="tokenpipe-grammar",
+                                              initializer=_niced)
 _pending = 0
 
 

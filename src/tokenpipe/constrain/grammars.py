@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +12,7 @@ if TYPE_CHECKING:
     from llguidance._lib import JsonCompileOptions
 
 from ..errors import BadRequest
-from ..types import GenerationRequest, OutputFormat
+from ..types import GenerationRequest, OutputFormat, Tool, ToolChoice
 from .schemas import SchemaTooDeep, enforced, measure
 
 # Whitespace between JSON tokens: what a model writes when it pretty-prints (a newline and
@@ -63,7 +64,21 @@ def grammar_for(request: GenerationRequest, *, inside: bool = False
                 ) -> tuple[str, str] | None:
     """The grammar an answer to `request` is generated under, and the parameter a client
     set to ask for it (None: free text). `inside`: the prompt opened a thinking section
-    (what a thinking budget's grammar starts from: thinking.py)."""
+    (what a thinking budget's grammar starts from: thinking.py). Derived once for the same
+    formats and tools (clients send the same tools every turn; prepare() asks twice): a
+    2,000-key schema takes ~15 ms of Python, holding the interpreter."""
+    if request.format is None and not request.tools and request.reasoning_budget is None:
+        return None
+    return _derived(request.format, request.tools, request.tool_choice,
+                    request.reasoning_budget, inside)
+
+
+@functools.lru_cache(maxsize=16)
+def _derived(fmt: OutputFormat | None, tools: tuple[Tool, ...], choice: ToolChoice,
+             budget: int | None, inside: bool) -> tuple[str, str] | None:
+    """grammar_for from the only fields it reads (each hashable; BadRequest not kept)."""
+    request = GenerationRequest(prompt="", format=fmt, tools=tools, tool_choice=choice,
+                                reasoning_budget=budget)
     check_budget(request)
     if request.reasoning_budget is not None:
         from .thinking import thinking_grammar

@@ -73,21 +73,26 @@ class Guides:
             warnings.filterwarnings("ignore", "llama_token_get_attr", DeprecationWarning)
             return cls(lltokenizer_from_vocab(vocab), n_logits)
 
-    def check(self, grammar: str, param: str, prefill: str = "") -> None:
-        """Compiles `grammar` (or finds it compiled); BadRequest naming `param`, with the
-        library's reason, when it cannot be: never a silently unconstrained answer. With
-        a `prefill` (the answer begun in a last assistant message), BadRequest naming
-        `messages` unless the grammar can begin with it."""
+    def check(self, grammar: str, param: str, prefill: str = "") -> llguidance.LLMatcher:
+        """Compiles `grammar` (or finds it compiled) and returns it compiled, for start();
+        BadRequest naming `param`, with the library's reason, when it cannot be: never a
+        silently unconstrained answer. With a `prefill` (the answer begun in a last
+        assistant message), BadRequest naming `messages` unless the grammar can begin
+        with it."""
         matcher = self._pristine(grammar, param)
         if prefill:
             self._begun(matcher.deep_copy(), prefill, param)
+        return matcher
 
-    def start(self, grammar: str, param: str = "response_format", prefill: str = "") -> Guide:
+    def start(self, grammar: str, param: str = "response_format", prefill: str = "",
+              compiled: Any = None) -> Guide:
         """A guide for one generation (`param`: the field that asked for it, which its
         failure names), at the grammar's start or, with a `prefill`, after it: the answer
         goes on from the prefill, so prefill and answer together are what the grammar
-        admits."""
-        matcher = self._pristine(grammar, param).deep_copy()
+        admits. `compiled`: what check() returned for `grammar` (the decode thread then
+        never compiles, even when the cache has let the grammar go since)."""
+        matcher = (compiled if compiled is not None
+                   else self._pristine(grammar, param)).deep_copy()
         if prefill:
             self._begun(matcher, prefill, param)
         return Guide(matcher, self, param)
@@ -141,21 +146,24 @@ class Guides:
 
 
 def check_request(guides: Callable[[], Guides], request: GenerationRequest,
-                  prefill: str) -> None:
+                  prefill: str) -> dict[str, Any]:
     """An engine's check_output: the grammars `request` may be answered under compile
     (with a thinking budget, both: whether the prompt opens the section decides which
     runs), and the answer can go on from its `prefill` (a thinking budget cannot: the
     thinking would have to come first). `guides` is asked for only once the request's
-    schemas passed their own checks (the first call may build the vocabulary's view)."""
+    schemas passed their own checks (the first call may build the vocabulary's view).
+    Returns each grammar compiled, by its text (PreparedRequest.compiled)."""
     if prefill and request.reasoning_budget is not None:
         raise BadRequest("a thinking budget starts the answer with its thinking section: "
                          "it cannot go on from a prefill (a last assistant message)",
                          param="reasoning_budget")
     grammars = [grammar_for(request, inside=inside) for inside in (
         (False, True) if request.reasoning_budget is not None else (False,))]
+    compiled = {}
     for grammar in grammars:
         assert grammar is not None
-        guides().check(*grammar, prefill=prefill)
+        compiled[grammar[0]] = guides().check(*grammar, prefill=prefill)
+    return compiled
 
 
 def _trim() -> None:

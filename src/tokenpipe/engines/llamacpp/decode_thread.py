@@ -1,11 +1,11 @@
 """The llama.cpp engine's decode thread: it owns the contexts, admits waiting sequences
 into their KV tier (tiers.py) and slot (slots.py), plans each step's rows (one token per
-decoding sequence plus a chunk of at most one waiting prompt), runs one llama_decode a tier,
-hands each step's events to the event loop at once (with --speculate, a lone decoding
-sequence's drafted tokens ride in its step: speculate.py), opens the shared tier when a sequence
-first needs it and frees it once idle, and recovers from a fault with fresh contexts.
-LlamaCppEngine (engine.py) inherits it; what it reads of the engine is declared
-below."""
+decoding sequence plus chunks of waiting prompts, sized by time: pace.py), runs one
+llama_decode a tier, hands each step's events to the event loop at once (with
+--speculate, a lone decoding sequence's drafted tokens ride in its step: speculate.py),
+opens the shared tier when a sequence first needs it and frees it once idle, and recovers
+from a fault with fresh contexts. LlamaCppEngine (engine.py) inherits it; what it reads of
+the engine is declared below."""
 
 from __future__ import annotations
 
@@ -17,12 +17,13 @@ from collections import deque
 
 import llama_cpp as lc
 
-from ...constrain import Guides, OnFirstUse, grammar_for
+from ...constrain import Guides, OnFirstUse
 from ...errors import EngineError, EngineUnavailable
 from ...types import EngineEvent, EngineProgress
-from ..base import EngineInfo, drain, hand_over, opens_thinking
+from ..base import EngineInfo, drain, hand_over
 from ..prefill import prefill_of
 from . import speculate
+from .pace import CHUNK_MAX, PromptPace
 from .progress import progress
 from .sampler import make_sampler
 from .slots import Seq
@@ -32,7 +33,7 @@ from .vocab import Vocab
 
 log = logging.getLogger("tokenpipe.llamacpp")
 
-PROMPT_CHUNK = 512  # prompt tokens per step while other sequences are decoding
+PROMPT_CHUNK = CHUNK_MAX  # a long prompt's tokens a step at most: it reports progress
 _Row = tuple[Seq, int, int, bool]  # (sequence, token, position, wants logits)
 
 
@@ -57,6 +58,7 @@ class DecodeThread:
     speculate_policy: str  # speculate.POLICIES
     speculate_draft: int  # drafted tokens a step, at most
     _verify_cost: VerifyCost
+    _pace: PromptPace
 
     def _new_context(self) -> None:
         raise NotImplementedError  # engine.py: fresh contexts for the loaded model
@@ -182,9 +184,11 @@ class DecodeThread:
         request = seq.prepared.request
         seq.sampler = make_sampler(request.params, self._vocab.n_tokens,
                                    seq.prompt, self.info.context_tokens)
-        grammar = grammar_for(request, inside=opens_thinking(seq.prepared))
+        grammar = seq.prepared.grammar_text()
         if grammar is not None:  # checked in prepare(): compiled and cached
-            seq.guide = self._guides.result().start(*grammar, prefill=prefill_of(request) or "")
+            seq.guide = self._guides.result().start(
+                *grammar, prefill=prefill_of(request) or "",
+                compiled=seq.prepared.compiled.get(grammar[0]))
         if self.speculate == "ngram":
             speculate.start(seq, self.speculate_policy, self.speculate_draft)
         return True
@@ -225,9 +229,8 @@ class DecodeThread:
             seq = rows[0][0]
             draft = seq.spec.plan(seq.max_tokens - seq.generated - 1, self._verify_cost)
             rows.extend((seq, token, seq.n_past + 1 + j, True) for j, token in enumerate(draft))
-        budget = self._batch_cap - len(rows)
-        if rows:
-            budget = min(budget, PROMPT_CHUNK)
+        # beside decoding rows, what keeps their step short (pace.py)
+        budget = min(self._batch_cap - len(rows), self._pace.chunk(len(rows)))
         for seq in active:
             if seq.todo and seq.donor is None and budget > 0:
                 take = min(budget, PROMPT_CHUNK)  # a long prompt in steps: progress between
@@ -256,8 +259,10 @@ class DecodeThread:
         # the price of verifying drafts: steps of one decoding sequence, timed
         lone = rows[0][0].spec is not None and all(row[0] is rows[0][0] and row[3]
                                                    for row in rows)
+        started = time.perf_counter()
         rc = timed_decode(self._verify_cost if lone else None, len(rows),
                           tier.context.ctx, batch)
+        self._pace.record(len(rows), time.perf_counter() - started)
         outbox: list[tuple[Seq, list[EngineEvent | BaseException]]] = []
         if rc != 0:
             error = EngineError(f"llama_decode failed with code {rc}")

@@ -19,9 +19,10 @@ import logging
 import os
 import queue
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from ...constrain import Guides, OnFirstUse, check_request, llamacpp_view
 from ...errors import EngineError, EngineUnavailable, MissingDependency
@@ -49,6 +50,7 @@ try:
     from .decode_thread import PROMPT_CHUNK, DecodeThread
     from .embed import EMBED_WINDOW, Embedder, EmbedWorker
     from .kind import KIND
+    from .pace import PromptPace
     from .slots import Seq, Slots
     from .speculate import VerifyCost
     from .tiers import Tier, default_cells, layout, per_sequence
@@ -89,6 +91,9 @@ class LlamaCppEngine(DecodeThread, Engine):
             log.warning("--speculate under --determinism fast: llama.cpp's kernels for "
                         "several rows differ from one row's, so answers may change")
         self._verify_cost = VerifyCost()
+        if float(own["prompt_step_ms"]) < 0:
+            raise EngineError("prompt_step_ms must be 0 (no limit) or more")
+        self._pace = PromptPace(float(own["prompt_step_ms"]) / 1000)
         # seconds the shared tier's cells stay allocated while unused (< 0: always)
         self.shared_tier_keep_alive = float(own["shared_tier_keep_alive"])
         self.rows_exact: bool | None = None  # the load-time check's verdict (None: not run)
@@ -191,8 +196,8 @@ class LlamaCppEngine(DecodeThread, Engine):
         tier.close()
         give_back_freed_memory()
 
-    def check_output(self, request: GenerationRequest) -> None:
-        check_request(self._guides.result, request, prefill_of(request) or "")
+    def check_output(self, request: GenerationRequest) -> Mapping[str, Any]:
+        return check_request(self._guides.result, request, prefill_of(request) or "")
 
     # ---- text ---------------------------------------------------------------------------
     def render(self, request: GenerationRequest) -> str:

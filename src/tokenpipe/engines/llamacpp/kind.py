@@ -23,6 +23,11 @@ KIND = EngineKind(
                     "than a split stream) are allocated when one first needs them and "
                     "freed after they are unused this long (\"5m\", 300; default 5m; -1: "
                     "allocated at start, never freed)"),
+        Option("prompt_step_ms", "float", 50.0, metavar="MS",
+               help="llamacpp: while answers stream, a newcomer's prompt is computed in "
+                    "chunks that keep each step within about this long, so a streaming "
+                    "answer's next token waits at most about that for it (default 50; 0: "
+                    "chunks of 512 tokens, the newcomer's first token sooner)"),
         Option("speculate", "str", "off", choices=("off", "ngram"), model_key="speculate",
                help="llamacpp: speculative decoding; ngram drafts tokens from the prompt "
                     "and the answer so far (no second model) and verifies them in one "

@@ -36,7 +36,7 @@ import asyncio
 import contextlib
 import dataclasses
 import ssl
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from ... import http
@@ -161,7 +161,7 @@ class OpenAIEngine(Engine):
     def tokenize(self, text: str) -> Sequence[int]:
         raise EngineError("the openai engine has no tokenizer: its upstream counts tokens")
 
-    def check_output(self, request: GenerationRequest) -> None:
+    def check_output(self, request: GenerationRequest) -> Mapping[str, Any]:
         """The upstream enforces the format and the tools (response_format, tools and
         tool_choice go with the request); it refuses what it cannot, and that refusal
         reaches the client as its 400. Its calls are checked whole as they end
@@ -170,6 +170,7 @@ class OpenAIEngine(Engine):
             raise BadRequest("the openai engine cannot apply a thinking budget: OpenAI's "
                              "API has no such parameter for its upstream",
                              param="reasoning_budget")
+        return {}
 
     def prepare(self, request: GenerationRequest, default_max_tokens: int) -> PreparedRequest:
         """No local token count (prompt_ids stays empty): only what is sure without one is

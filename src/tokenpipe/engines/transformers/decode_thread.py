@@ -17,11 +17,11 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from ...constrain import Guides, OnFirstUse, grammar_for
+from ...constrain import Guides, OnFirstUse
 from ...errors import EngineError, EngineUnavailable
 from ...text import IdDetokenizer
 from ...types import EngineProgress
-from ..base import PROGRESS_TOKENS, EngineInfo, drain, hand_over, opens_thinking
+from ..base import PROGRESS_TOKENS, EngineInfo, drain, hand_over
 from ..prefill import prefill_of
 from .batch import KVBatch, plan_prefill, prefill_inputs
 from .next_token import Seq, choose, emit
@@ -137,9 +137,11 @@ class DecodeThread:
             request = seq.prepared.request
             seq.sampler = Sampler(request.params, prompt, self._device)
             seq.detok = self._detokenizer(prompt)
-            grammar = grammar_for(request, inside=opens_thinking(seq.prepared))
+            grammar = seq.prepared.grammar_text()
             if grammar is not None:  # checked in prepare(): compiled and cached
-                seq.guide = self._guides.result().start(*grammar, prefill=prefill_of(request) or "")
+                seq.guide = self._guides.result().start(
+                *grammar, prefill=prefill_of(request) or "",
+                compiled=seq.prepared.compiled.get(grammar[0]))
         long = [s for s in group if s.prepared.prompt_tokens > PROGRESS_TOKENS]
         for seq in long:  # one forward does the whole prefill: its start, then its end
             seq.out.append(EngineProgress(0, seq.prepared.prompt_tokens))

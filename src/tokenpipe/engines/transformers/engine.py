@@ -31,7 +31,7 @@ import gc
 import inspect
 import queue
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from ...constrain import Guides, OnFirstUse, check_request, hf_view
@@ -129,8 +129,8 @@ class TransformersEngine(DecodeThread, Engine):
         log.info("loaded %s on %s (%s): context %d, batch %d", source, device, dtype,
                  self.info.context_tokens, max_batch)
 
-    def check_output(self, request: GenerationRequest) -> None:
-        check_request(self._guides.result, request, prefill_of(request) or "")
+    def check_output(self, request: GenerationRequest) -> Mapping[str, Any]:
+        return check_request(self._guides.result, request, prefill_of(request) or "")
 
     # ---- text ---------------------------------------------------------------------------
     def render(self, request: GenerationRequest) -> str:

@@ -1,0 +1,43 @@
+"""How much of a waiting prompt a step may take while other answers stream.
+
+A step's rows are computed together: a prompt chunk of n tokens beside decoding sequences
+delays each of their next tokens by the chunk's time. On 2 cores the bundled model computes
+about 320 prompt tokens a second, so a fixed chunk of 512 tokens held every stream for about
+1.5 s, and three 33-token chat prompts arriving together held one for 300 ms (issue 31's
+bystander). The chunk is therefore sized by time: the prompt rows that keep a step within
+`step_s`, from the cost per row the decode thread measures on its own steps (it moves with
+the model, the threads, the machine's load and the context's length). A prompt with nobody
+decoding beside it takes whole chunks (CHUNK_MAX): there is no stream to keep waiting.
+
+The answers do not change: under --determinism exact a row's numbers do not depend on what
+shares its step (exact.py), so how a prompt is cut is free.
+"""
+
+from __future__ import annotations
+
+CHUNK_MAX = 512  # prompt tokens a step, at most (and with nobody decoding beside it)
+CHUNK_MIN = 8  # a prompt always moves on, however slow a row is
+FIRST_ROW_S = 0.003  # assumed cost of a row until a step has been measured
+WEIGHT = 0.25  # of a new measurement in the running estimate
+
+
+class PromptPace:
+    """The prompt rows a step may add beside decoding sequences (see the module)."""
+
+    def __init__(self, step_s: float) -> None:
+        self.step_s = step_s  # 0: no limit but CHUNK_MAX
+        self.row_s = FIRST_ROW_S  # seconds a row costs in a step of many rows
+
+    def record(self, rows: int, seconds: float) -> None:
+        """A step of `rows` rows took `seconds`. Only steps of 16 rows or more teach the
+        estimate: in a smaller one the fixed cost of a step (weights read once, the graph)
+        would read as cost per row."""
+        if rows >= 16:
+            self.row_s += WEIGHT * (seconds / rows - self.row_s)
+
+    def chunk(self, decoding: int) -> int:
+        """Prompt tokens the next step may take beside `decoding` rows of answers."""
+        if decoding == 0 or self.step_s <= 0:
+            return CHUNK_MAX
+        fits = int(self.step_s / self.row_s) - decoding
+        return max(CHUNK_MIN, min(CHUNK_MAX, fits))
