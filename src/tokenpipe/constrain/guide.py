@@ -9,7 +9,6 @@ table lookup and add ~35 µs (scripts/measure_constrain.py prints both)."""
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 import warnings
 from collections import OrderedDict
@@ -27,11 +26,19 @@ if TYPE_CHECKING:
     import llguidance
 
 CACHE_SIZE = 64  # compiled grammars kept per model (a schema compiles in 1-100 ms)
-CACHE_BYTES = 64 << 20  # and at most this much memory for them, as estimated below
+# and at most this much memory for them, as estimated below; a grammar estimated at more
+# than KEEP_BYTES is not kept at all (a tool or format of a few dozen keys takes well under
+# 1 MB; a schema of 2,000 keys about 10 MB, and compiles again in ~0.1 s when sent again).
+# Beyond the vocabulary's view (~35 MB, once per model), what the server then keeps after
+# any number of distinct large schemas stays under 50 MB (issue 31).
+CACHE_BYTES = 16 << 20
+KEEP_BYTES = 4 << 20
+# what a compiled grammar holds per character of its text, at least: 7-10 MB measured for
+# the 85 KiB grammar of a 2,000-key schema (tests/e2e/test_hostile_schemas.py)
+BYTES_PER_CHAR = 80
 # The library's limits, lowered where its defaults let one grammar take hundreds of MB (a
 # lexer state costs 1-2 kB; 250,000 by default).
 MAX_LEXER_STATES = 50_000
-_PAGE = os.sysconf("SC_PAGE_SIZE")
 # how the library words a limit it hit ("Current row has 7607 items; max is 2000", "... too
 # big (limit for this grammar: ...)", "fuel exhausted")
 _LIMIT_WORDS = ("max is", "too big", "limit", "fuel")
@@ -114,7 +121,7 @@ class Guides:
             if entry is not None:
                 self._compiled.move_to_end(grammar)
                 return entry[0]
-        before = _rss()
+        before = _heap()
         # no grammar dump in the error a client reads (the library's default is verbose)
         limits = llguidance.LLParserLimits(verbose_errors=False,
                                            max_lexer_states=MAX_LEXER_STATES)
@@ -126,17 +133,23 @@ class Guides:
         if matcher.is_error():
             raise BadRequest(f"the output format cannot be enforced: {matcher.get_error()}",
                              param=param)
-        # the memory a compiled grammar holds, estimated by what the compile took
-        size = max(len(grammar), _rss() - before)
+        # the memory a compiled grammar holds, estimated by what the compile kept, and at
+        # least BYTES_PER_CHAR of its text: another thread's frees meanwhile (a finished
+        # generation's copy of a grammar) can make the heap's difference read as nothing
+        size = max(BYTES_PER_CHAR * len(grammar), _heap() - before)
         _trim()  # what the compile freed goes back to the system, not to this thread's arena
-        with self._lock:
-            if grammar not in self._compiled:
+        with self._lock:  # (the generation starts from `matcher` itself: returned)
+            if grammar not in self._compiled and size <= KEEP_BYTES:
                 self._compiled[grammar] = (matcher, size)
                 self._bytes += size
-            # the newest stays (its generation is about to start() from it)
-            while len(self._compiled) > 1 and (len(self._compiled) > CACHE_SIZE
-                                               or self._bytes > CACHE_BYTES):
-                self._bytes -= self._compiled.popitem(last=False)[1][1]
+            evicted = []
+            while self._compiled and (len(self._compiled) > CACHE_SIZE
+                                      or self._bytes > CACHE_BYTES):
+                evicted.append(self._compiled.popitem(last=False)[1])
+                self._bytes -= evicted[-1][1]
+        if evicted:
+            del evicted  # their memory back to the system too: the next compile's
+            _trim()  # estimate then reads what it takes, not pages these freed
         return matcher
 
     @property
@@ -184,14 +197,32 @@ def _libc() -> Any:
 _LIBC = _libc()
 
 
-def _rss() -> int:
-    """This process's resident memory in bytes (Linux; 0 elsewhere: then the text's size
-    stands for a grammar's)."""
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * _PAGE
-    except (OSError, ValueError, IndexError):
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def _heap() -> int:
+    """Bytes the C heap has handed out and not had back, over every thread's arena
+    (glibc's mallinfo2: allocated chunks plus mmapped ones); the grammar library allocates
+    there. Unlike the resident size it does not read a compile that reuses pages freed
+    before as free (it read 0-2 MB for grammars that hold 10). 0 without glibc 2.33+:
+    then the text's size stands for a grammar's."""
+    if _MALLINFO2 is None:
         return 0
+    info = _MALLINFO2()
+    return int(info.uordblks + info.hblkhd)
+
+
+def _mallinfo2() -> Any:
+    fn = getattr(_LIBC, "mallinfo2", None) if _LIBC is not None else None
+    if fn is not None:
+        fn.restype, fn.argtypes = _Mallinfo2, []
+    return fn
+
+
+_MALLINFO2 = _mallinfo2()
 
 
 class Guide:

@@ -39,8 +39,10 @@ class PreparedRequest:
     # the decode thread starts from it instead of deriving it again between two steps
     # (a schema of 2,000 keys takes ~15 ms of Python: every stream's step waited for it)
     grammar: tuple[str, str] | None = None
-    # what check_output() compiled, by grammar text (the engine's own objects)
-    compiled: Mapping[str, Any] = field(default_factory=dict)
+    # what check_output() compiled, by grammar text (the engine's own objects): taken out
+    # by the generation that starts from it, so that a session kept for a resume does not
+    # keep a large grammar alive beyond the grammar cache's bound
+    compiled: dict[str, Any] = field(default_factory=dict)
 
     @property
     def prompt_tokens(self) -> int:
@@ -206,7 +208,7 @@ class Engine(abc.ABC):
                 f"prompt ({len(ids)} tokens) plus max_tokens ({max_tokens}) exceeds the "
                 f"context of {limit} tokens: at most {limit - len(ids)} fit",
                 param="max_tokens")
-        prepared = PreparedRequest(request, text, ids, max_tokens, compiled=compiled)
+        prepared = PreparedRequest(request, text, ids, max_tokens, compiled=dict(compiled))
         if constrained(request):  # checked above: derived once more, here, off the loop
             return replace(prepared, grammar=prepared.grammar_text())
         return prepared

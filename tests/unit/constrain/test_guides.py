@@ -168,6 +168,31 @@ def test_a_compiled_grammar_is_kept_and_each_generation_gets_its_own_state(
     assert allowed(guides, fmt, vocab) == at_start  # a new generation starts afresh
 
 
+def test_a_large_grammar_is_not_kept_and_its_generation_starts_from_the_check(
+        guides: Guides) -> None:
+    """A grammar estimated over KEEP_BYTES (a schema of 1,950 optional keys: ~85 KiB of
+    grammar, 7-10 MB compiled) is not kept in the cache, so distinct large schemas cannot
+    fill memory; its generation starts from what check() compiled (the decode thread
+    never compiles it again). A small grammar is kept."""
+    from tokenpipe.constrain import guide as guide_module
+
+    large = grammar_of(schema({"type": "object", "properties": {
+        f"o{j}": {"type": "object", "properties": {
+            f"k{j}_{i}": {"type": "string"} for i in range(390)}} for j in range(5)}}))
+    assert guide_module.BYTES_PER_CHAR * len(large) > guide_module.KEEP_BYTES
+    compiled = guides.check(large, "response_format")
+    assert large not in guides._compiled
+    started = guides.start(large, compiled=compiled)
+    assert large not in guides._compiled  # started from `compiled`: nothing compiled again
+    logits = np.zeros(guides.n_logits, dtype=np.float32)
+    started.constrain(logits)
+    assert 0 < int(np.sum(logits == 0)) < guides.n_vocab  # a real mask: the object's start
+    small = grammar_of(schema({"enum": ["kept", "too"]}))
+    guides.check(small, "response_format")
+    assert small in guides._compiled
+    assert guides.cached_bytes <= guide_module.CACHE_BYTES
+
+
 def test_rows_wider_than_the_vocabulary_never_allow_the_padding(guides: Guides,
                                                                 vocab: Vocab) -> None:
     guide = guides.start(grammar_of(OutputFormat("json_object")))

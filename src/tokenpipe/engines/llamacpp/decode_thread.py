@@ -188,7 +188,7 @@ class DecodeThread:
         if grammar is not None:  # checked in prepare(): compiled and cached
             seq.guide = self._guides.result().start(
                 *grammar, prefill=prefill_of(request) or "",
-                compiled=seq.prepared.compiled.get(grammar[0]))
+                compiled=seq.prepared.compiled.pop(grammar[0], None))
         if self.speculate == "ngram":
             speculate.start(seq, self.speculate_policy, self.speculate_draft)
         return True

@@ -141,7 +141,7 @@ class DecodeThread:
             if grammar is not None:  # checked in prepare(): compiled and cached
                 seq.guide = self._guides.result().start(
                 *grammar, prefill=prefill_of(request) or "",
-                compiled=seq.prepared.compiled.get(grammar[0]))
+                compiled=seq.prepared.compiled.pop(grammar[0], None))
         long = [s for s in group if s.prepared.prompt_tokens > PROGRESS_TOKENS]
         for seq in long:  # one forward does the whole prefill: its start, then its end
             seq.out.append(EngineProgress(0, seq.prepared.prompt_tokens))
