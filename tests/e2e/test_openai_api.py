@@ -232,6 +232,21 @@ def test_bad_requests_answer_400_naming_the_param(fake_server: ServerProcess,
         assert set(r.json()["error"]) == {"message", "type", "param", "code"}
 
 
+def test_a_large_body_is_read_off_the_loop_with_the_same_answers(
+        fake_server: ServerProcess) -> None:
+    """Bodies over lean.LARGE_BODY (64 KiB) are parsed, validated and converted in a worker
+    thread: the same 200, and the same refusals in OpenAI's shape."""
+    url, pad = fake_server.url + "/v1/chat/completions", "x" * 70_000
+    r = httpx.post(url, json={"messages": USER, "user": pad, "max_tokens": 3}, timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 3
+    r = httpx.post(url, json={"messages": "hello", "user": pad}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages", r.text
+    r = httpx.post(url, content=b"{" + b" " * 70_000 + b"nope",
+                   headers={"content-type": "application/json"}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+
+
 def test_context_overflow_keeps_our_message(fake_server: ServerProcess) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         client(fake_server).completions.create(model="fake", prompt="x", max_tokens=100000)

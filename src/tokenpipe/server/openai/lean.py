@@ -7,6 +7,7 @@ the body once and words every error as FastAPI did. The FastAPI routes of the sa
 
 from __future__ import annotations
 
+import asyncio
 import email.message
 import logging
 from typing import Any
@@ -16,15 +17,21 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from ...errors import TokenpipeError
 from ...protocol.common import BadBody, read_json
 from ...protocol.openai.completions import CompletionRequest
 from ...protocol.openai.errors import OpenAIError, bad_body, validation_error
 from ...protocol.openai.render import ChatRender, CompletionRender
 from ...protocol.openai.requests import ChatCompletionRequest
+from ...types import GenerationRequest
 from .routes import Body, Render, resumable_of, start
 from .session_response import error_response
 
 log = logging.getLogger("tokenpipe.openai")
+# A body larger than this is parsed, validated and converted in a worker thread: six
+# 440 KiB schemas sent at once held the event loop (and every stream's next frame) for
+# about 100 ms there (issue 31).
+LARGE_BODY = 64 << 10
 _SERVED: dict[str, tuple[type[Body], Render]] = {
     "/v1/chat/completions": (ChatCompletionRequest, ChatRender),
     "/v1/completions": (CompletionRequest, CompletionRender),
@@ -54,8 +61,12 @@ class Generation:
             raw = await request.body()
         except ClientDisconnect:
             return
+        content_type = request.headers.get("content-type")
         try:
-            body = self.model.model_validate(_json_body(raw, request.headers.get("content-type")))
+            if len(raw) > LARGE_BODY:  # off the event loop: other clients' streams go on
+                body, converted = await asyncio.to_thread(self._read_large, raw, content_type)
+            else:
+                body, converted = self._read(raw, content_type), None
         except ValidationError as exc:
             response = error_response(validation_error(exc.errors()))
         except OpenAIError as exc:
@@ -67,8 +78,22 @@ class Generation:
                 response = error_response(exc)
             else:
                 response = await start(request.app.state.runtime, body, self.render,
-                                       resumable)
+                                       resumable, converted)
         await response(scope, receive, send)
+
+    def _read(self, raw: bytes, content_type: str | None) -> Body:
+        return self.model.model_validate(_json_body(raw, content_type))
+
+    def _read_large(self, raw: bytes, content_type: str | None
+                    ) -> tuple[Body, GenerationRequest | None]:
+        """_read, and the request the body converts to (its schemas written out as text
+        again: ~6 ms for a 440 KiB one) where it converts; its refusal, if any, is
+        start()'s to word."""
+        body = self._read(raw, content_type)
+        try:
+            return body, body.to_request()
+        except TokenpipeError:
+            return body, None
 
 
 def _json_body(raw: bytes, content_type: str | None) -> Any:

@@ -34,6 +34,7 @@ from ...protocol.openai.responses import (
     ModelList,
 )
 from ...protocol.openai.schema import error_responses, sse_openapi
+from ...types import GenerationRequest
 from ..requests import runtime_of
 from ..runtime import Runtime
 from .choices import ChoicesResponse, start_choices
@@ -180,9 +181,11 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> EmbeddingList:
 
 
 async def start(runtime: Runtime, body: Body, render: Render,
-                resumable: bool = False) -> Response:
+                resumable: bool = False, converted: GenerationRequest | None = None
+                ) -> Response:
     """The one start, and the answer: SessionResponse (ChoicesResponse for n > 1, a
-    ResumableResponse when `resumable`), or the start's refusal."""
+    ResumableResponse when `resumable`), or the start's refusal. `converted`: the body's
+    request where it was made already (lean.py, for a large body: off the loop)."""
     n, limit = body.n or 1, runtime.settings.max_n
     if n > limit:
         return error_response(BadRequest(f"n ({n}) is above this server's limit of {limit} "
@@ -194,10 +197,10 @@ async def start(runtime: Runtime, body: Body, render: Render,
     try:
         if n > 1:
             sessions = await start_choices(functools.partial(runtime.models.start, api=api),
-                                           body.to_request(), n)
+                                           converted or body.to_request(), n)
         else:
-            session = await runtime.models.start(body.to_request(), resumable=resumable,
-                                                 api=api)
+            session = await runtime.models.start(converted or body.to_request(),
+                                                 resumable=resumable, api=api)
     except TokenpipeError as exc:  # in the names this client sent
         return error_response(exc, {"max_tokens": body.max_tokens_param,
                                     "think": "reasoning_effort"})
