@@ -144,7 +144,7 @@ def test_a_draft_model_gives_the_plain_servers_answer(
     draft_server: ServerProcess, model_server: ServerProcess,
 ) -> None:
     """Through /v1/chat/completions: greedy with a stop string and logprobs, seeded with
-    n=2, and under a JSON schema; drafts counted in the usage."""
+    n=2, and under a JSON schema; drafts counted in the usage and on /metrics."""
     schema = {"type": "object", "properties": {"opens": {"type": "string"},
                                                "price": {"type": "integer"}},
               "required": ["opens", "price"]}
@@ -169,10 +169,20 @@ def test_a_draft_model_gives_the_plain_servers_answer(
                         + details["rejected_prediction_tokens"])
         return out, drafted, accepted
 
+    def counted(name: str) -> float:  # over every door's label
+        text = httpx.get(draft_server.url + "/metrics").text
+        return sum(float(v) for v in re.findall(re.escape(name) + r'\{api="[^"]*"\} (\S+)',
+                                                text))
+
+    before = [counted(n) for n in ("tokenpipe_draft_tokens_total",
+                                   "tokenpipe_draft_tokens_accepted_total")]
     (plain, plain_drafted, _), (spec, drafted, accepted) = (answers(model_server),
                                                             answers(draft_server))
+    after = [counted(n) for n in ("tokenpipe_draft_tokens_total",
+                                  "tokenpipe_draft_tokens_accepted_total")]
     assert {k: (v, spec[k]) for k, v in plain.items() if spec[k] != v} == {}
     assert plain["greedy, stop, logprobs"][0][0].endswith("twelve ")  # the stop cut it
     assert plain_drafted == 0
     assert 0 < accepted <= drafted
+    assert [a - b for a, b in zip(after, before, strict=True)] == [drafted, accepted]
     print(f"\ndraft model: {drafted} drafted, {accepted} accepted")
