@@ -1,9 +1,10 @@
 """Draft-model speculation never changes the answer (issue 33, `--speculate draft
 --draft-model NAME`): the bundled model is the only GGUF here, so it drafts for itself (a
 context of its own, llama.cpp's fast kernels: its drafts are nearly always right, not
-always). Prompts grounded and free, greedy and seeded, with and without an output grammar,
-give the same text byte for byte as without drafts; the counts add up; the draft model's
-cells follow the accepted tokens; a draft model of another vocabulary is refused at load.
+always). Prompts grounded and free, greedy and seeded, with and without an output grammar
+(any JSON object, a JSON schema), give the same text byte for byte as without drafts; the
+counts add up; the draft model's cells follow the accepted tokens; after a fault it has a
+fresh context too; a draft model of another vocabulary is refused at load.
 
 One engine, as in test_llamacpp_speculate.py: it reads `speculate` when a sequence starts,
 so the test switches it between "off" and "draft"; the policy is `always`."""
@@ -11,11 +12,16 @@ so the test switches it between "off" and "draft"; the policy is `always`."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,6 +37,7 @@ from tokenpipe.engines.llamacpp import LlamaCppEngine
 from tokenpipe.engines.llamacpp.draft import DraftModel, vocab_mismatch
 from tokenpipe.engines.llamacpp.speculate import Speculation, VerifyCost
 from tokenpipe.errors import EngineError
+from tokenpipe.types import EngineText, OutputFormat
 
 pytestmark = pytest.mark.model
 
@@ -49,15 +56,23 @@ def engine() -> Iterator[LlamaCppEngine]:
     asyncio.run(eng.aclose())
 
 
-@pytest.mark.parametrize("grammar", [False, True], ids=["free", "json"])
+SCHEMA = OutputFormat("json_schema", json.dumps({
+    "type": "object", "properties": {"answer": {"type": "string"},
+                                     "words": {"type": "integer"}},
+    "required": ["answer", "words"]}))
+
+
+@pytest.mark.parametrize("grammar", [None, "json", "schema"])
 async def test_the_draft_model_gives_the_same_answer_byte_for_byte(
-    engine: LlamaCppEngine, grammar: bool,
+    engine: LlamaCppEngine, grammar: str | None,
 ) -> None:
     differ: dict[str, tuple[str, str]] = {}
     drafted = accepted = greedy_drafted = greedy_accepted = 0
     for i, prompt in enumerate(PROMPTS):
         for seed in (None, 200 + i):
-            request = ask(prompt, seed, grammar)
+            request = ask(prompt, seed, grammar is not None)
+            if grammar == "schema":
+                request = dataclasses.replace(request, format=SCHEMA)
             plain, plain_usage, _, _ = await run(engine, request, "off")
             spec, usage, _, carried = await run(engine, request, "draft")
             if "".join(plain) != "".join(spec):
@@ -76,9 +91,9 @@ async def test_the_draft_model_gives_the_same_answer_byte_for_byte(
                 greedy_accepted += usage.accepted_tokens
     assert differ == {}
     assert drafted > 0
-    print(f"\n{'json' if grammar else 'free'}: {drafted} drafted, {accepted} accepted; "
+    print(f"\n{grammar or 'free'}: {drafted} drafted, {accepted} accepted; "
           f"greedy {greedy_drafted} / {greedy_accepted}")
-    if not grammar:  # the model drafting for itself: greedy drafts are nearly all taken
+    if grammar is None:  # the model drafting for itself: greedy drafts are nearly all taken
         assert greedy_accepted >= 0.8 * greedy_drafted
 
 
@@ -108,6 +123,38 @@ def test_the_draft_models_cells_follow_the_accepted_tokens(engine: LlamaCppEngin
     assert pos_max() == len(half) - 1
     # longer than its context: no draft
     assert draft.draft([1] * (draft.context.context_tokens + 1), 2) == []
+
+
+async def test_after_a_fault_the_draft_model_has_a_fresh_context_too(
+    engine: LlamaCppEngine, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A decode that fails mid-answer (drafts in flight) ends that answer; the engine's fresh
+    contexts include the draft model's, which drafts again, the answer unchanged."""
+    request = ask(GROUNDED[0], None, False)
+    plain, _, _, _ = await run(engine, request, "off")
+    armed = threading.Event()
+    real = lc.llama_decode
+
+    def decode(ctx: Any, batch: Any) -> int:
+        if armed.is_set():
+            armed.clear()
+            raise RuntimeError("injected fault")
+        return int(real(ctx, batch))
+
+    monkeypatch.setattr(lc, "llama_decode", decode)
+    old = engine._draft.context if engine._draft else None
+    engine.speculate = "draft"
+    with pytest.raises(EngineError, match="injected fault"):
+        async for event in engine.stream(engine.prepare(request, TOKENS)):
+            if isinstance(event, EngineText) and event.drafted:
+                armed.set()  # the next decode fails: the draft model's or the model's
+    deadline = time.monotonic() + 30
+    while engine.restarts < 1:
+        assert time.monotonic() < deadline, "no recovery"
+        await asyncio.sleep(0.01)
+    assert engine._draft is not None and engine._draft.context not in (None, old)
+    again, usage, _, _ = await run(engine, request, "draft")
+    assert again == plain and usage.accepted_tokens > 0
 
 
 def test_a_draft_model_of_another_vocabulary_is_refused_at_load(tmp_path: Path) -> None:
