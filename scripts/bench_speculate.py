@@ -1,9 +1,13 @@
 """Speculative decoding (issue 33): one stream, greedy, on an input-grounded workload
 (answers that copy from the prompt) and on free text, for tokenpipe plain, tokenpipe
-`--speculate ngram` (adaptive, and `always`) and llama-server plain and with its own n-gram
-speculation (`--spec-type ngram-simple`), A B A B.
+`--speculate ngram` (adaptive, and `always`), tokenpipe `--speculate draft` with a draft
+model (adaptive, and `always`; --draft-model, default the bundled model drafting for itself)
+and llama-server plain and with its own n-gram speculation (`--spec-type ngram-simple`),
+A B A B.
 
     python scripts/bench_speculate.py --rounds 2 --max-tokens 128 [--threads 2]
+    python scripts/bench_speculate.py --only tokenpipe "tokenpipe draft" \
+        "tokenpipe draft always" [--draft-model PATH]
     python scripts/bench_speculate.py --price      # llama_decode of w rows of one sequence
 
 Each system is a server of its own, started for its turn and stopped after it (never two
@@ -43,7 +47,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def systems(threads: int) -> dict[str, list[str]]:
+def systems(threads: int, draft_model: str | None = None) -> dict[str, list[str]]:
     sys.path.insert(0, str(ROOT))
     from tests.e2e.llama_server import llama_server_path
 
@@ -53,11 +57,15 @@ def systems(threads: int) -> dict[str, list[str]]:
              "--parallel", "1", "--ctx-size", "4096", "--kv-cache", "split"]
     llama = [str(llama_server_path()), "-m", str(bundled_model_path()), "-t", str(threads),
              "-c", "4096", "-np", "1"]
+    draft = [*serve, "--speculate", "draft", "--draft-model",
+             draft_model or str(bundled_model_path())]
     return {
         "tokenpipe": serve,
         "tokenpipe ngram": [*serve, "--speculate", "ngram"],
         "tokenpipe ngram always": [*serve, "--speculate", "ngram", "--speculate-policy",
                                    "always"],
+        "tokenpipe draft": draft,
+        "tokenpipe draft always": [*draft, "--speculate-policy", "always"],
         "llama-server": llama,
         "llama-server ngram": [*llama, "--spec-type", "ngram-simple"],
     }
@@ -120,7 +128,7 @@ def ask(url: str, prompt: str, max_tokens: int) -> dict[str, Any]:
 
 
 def bench(args: argparse.Namespace) -> None:
-    table = systems(args.threads)
+    table = systems(args.threads, args.draft_model)
     names = [n for n in table if not args.only or n in args.only]
     got: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for round_ in range(args.rounds):
@@ -188,6 +196,8 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", help="systems to run (default: all)")
     ap.add_argument("--price", action="store_true", help="time w rows against one, only")
     ap.add_argument("--model", help="--price: a GGUF other than the bundled model")
+    ap.add_argument("--draft-model", help="the tokenpipe draft systems' draft model "
+                    "(default: the bundled model, drafting for itself)")
     args = ap.parse_args()
     price(args) if args.price else bench(args)
 

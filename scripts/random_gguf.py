@@ -6,6 +6,10 @@ raw blocks (random quants, one fixed scale), so no quantization runs.
 
     python scripts/random_gguf.py /tmp/llama-1b-random.gguf      # Llama-3.2-1B's shape
     python scripts/bench_speculate.py --price --model /tmp/llama-1b-random.gguf
+
+--vocab N keeps the first N tokens only (and the merges among them): a model of another
+vocabulary, which `--draft-model` must refuse (a tiny one: --embd 64 --layers 1 --heads 2
+--kv-heads 1 --ff 128).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ def main() -> None:
     ap.add_argument("--ff", type=int, default=8192)
     ap.add_argument("--type", choices=("Q4_0", "Q4_1", "Q8_0"), default="Q4_1",
                     help="the layers' weights (default Q4_1, as the bundled model's)")
+    ap.add_argument("--vocab", type=int, help="the first N tokens only (default: all)")
     args = ap.parse_args()
     source = gguf.GGUFReader(str(bundled_model_path()))
 
@@ -65,21 +70,26 @@ def main() -> None:
     writer.add_rope_freq_base(100000.0)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_rope_dimension_count(args.embd // args.heads)
-    writer.add_vocab_size(int(field("llama.vocab_size")))  # type: ignore[call-overload]
+    tokens: list[str] = list(field("tokenizer.ggml.tokens"))  # type: ignore[call-overload]
+    vocab = min(args.vocab or len(tokens), len(tokens))
+    kept = set(tokens[:vocab])
+    merges = [m for m in field("tokenizer.ggml.merges")  # type: ignore[attr-defined]
+              if {*m.split(" ", 1), m.replace(" ", "", 1)} <= kept]
+    writer.add_vocab_size(vocab)
     weights = Q[args.type]
     writer.add_file_type({"Q4_0": 2, "Q4_1": 3, "Q8_0": 7}[args.type])  # llama_ftype
     writer.add_tokenizer_model(str(field("tokenizer.ggml.model")))
     writer.add_tokenizer_pre(str(field("tokenizer.ggml.pre")))
-    writer.add_token_list(field("tokenizer.ggml.tokens"))  # type: ignore[arg-type]
-    writer.add_token_types(field("tokenizer.ggml.token_type"))  # type: ignore[arg-type]
-    writer.add_token_merges(field("tokenizer.ggml.merges"))  # type: ignore[arg-type]
+    writer.add_token_list(tokens[:vocab])
+    writer.add_token_types(list(field("tokenizer.ggml.token_type"))[:vocab])  # type: ignore[call-overload]
+    writer.add_token_merges(merges)
     for key, add in (("bos", writer.add_bos_token_id), ("eos", writer.add_eos_token_id),
                      ("unknown", writer.add_unk_token_id),
                      ("padding", writer.add_pad_token_id)):
         add(int(field(f"tokenizer.ggml.{key}_token_id")))  # type: ignore[call-overload]
     writer.add_add_bos_token(False)
     writer.add_chat_template(str(field("tokenizer.chat_template")))
-    vocab, embd, ff = int(field("llama.vocab_size")), args.embd, args.ff  # type: ignore[call-overload]
+    embd, ff = args.embd, args.ff
     kv = embd // args.heads * args.kv_heads
     writer.add_tensor("token_embd.weight", blocks(vocab, embd, Q.Q8_0, rng), raw_dtype=Q.Q8_0)
     writer.add_tensor("output_norm.weight", np.ones(embd, dtype=np.float32))

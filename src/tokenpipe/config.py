@@ -194,14 +194,18 @@ class Settings:
         if tables and "model" in values:
             raise ValueError(f"{path}: give either model = ... or [models.NAME] tables")
         base = Path(path).expanduser().parent  # the file's relative paths are its own
-        for key in ("chat_template", "model"):
+        named = [o for o in engine_option_list() if o.names_model]  # --draft-model
+        for key in ("chat_template", "model", *(o.name for o in named)):
             if isinstance(values.get(key), str) and (base / values[key]).exists():
                 values[key] = str(base / values[key])
         if "model_dirs" in values:
             values["model_dirs"] = tuple(str(base / d) for d in values["model_dirs"])
-        tables = tuple(dataclasses.replace(t, source=_near(base, t.source),
-                                           chat_template=_near(base, t.chat_template))
-                       for t in tables)
+        keys = {o.model_key for o in named}
+        tables = tuple(dataclasses.replace(
+            t, source=_near(base, t.source), chat_template=_near(base, t.chat_template),
+            engine_keys=tuple((k, _near(base, v) if k in keys and isinstance(v, str) else v)
+                              for k, v in t.engine_keys))
+            for t in tables)
         return cls.from_env(env, file={**values, "model_configs": tables}, **overrides)
 
     def secrets(self) -> tuple[str, ...]:

@@ -24,6 +24,9 @@ class ModelPlan:
     # the SPEC of an engine whose capabilities name a spec_option, for that option (the
     # openai engine: its upstream's base URL(s)); spec is then the upstream's model name
     upstream: str | None = None
+    # engine options whose value names a model (Option.names_model: --draft-model), each
+    # (attr, file) as resolved
+    files: tuple[tuple[str, str], ...] = ()
 
 
 def _plan(name: str, engine: str, target: str | None, table: ModelConfig | None) -> ModelPlan:
@@ -67,16 +70,33 @@ def resolve_plans(settings: Settings, *, download: bool = True) -> tuple[ModelPl
     out = []
     for plan in plans(settings):
         files = engine_kind(plan.engine).capabilities.model_files
-        if files is None or plan.spec is None:
+        if files is None:
             out.append(plan)
             continue
-        found = resolve(plan.spec, places, download=download, strict=files == "gguf")
-        if found is not None:
-            plan = dataclasses.replace(plan, spec=str(found.path), name=plan.name or found.name)
-        out.append(plan)
+        if plan.spec is not None:
+            found = resolve(plan.spec, places, download=download, strict=files == "gguf")
+            if found is not None:
+                plan = dataclasses.replace(plan, spec=str(found.path),
+                                           name=plan.name or found.name)
+        out.append(_resolve_options(settings, plan, places, download))
     for plan in out:
         engine_options(settings, plan)  # a template file that cannot be read fails now
     return tuple(out)
+
+
+def _resolve_options(settings: Settings, plan: ModelPlan, places: Places,
+                     download: bool) -> ModelPlan:
+    """The plan with its engine's options that name a model (--draft-model) resolved to
+    files as its own model is."""
+    values = engine_options(settings, plan)
+    files = []
+    for option in engine_kind(plan.engine).options:
+        name = values.get(option.field) if option.names_model else None
+        if name:
+            found = resolve(str(name), places, download=download)
+            if found is not None:
+                files.append((option.field, str(found.path)))
+    return dataclasses.replace(plan, files=tuple(files))
 
 
 def engine_options(settings: Settings, plan: ModelPlan) -> EngineOptions:
@@ -99,7 +119,7 @@ def engine_options(settings: Settings, plan: ModelPlan) -> EngineOptions:
         context_size=t.context or base.context_size, parallel=t.parallel or base.parallel,
         threads=t.threads or base.threads,
         chat_template=read_template(template) if caps.renders_prompts else None,
-    ).with_values(**table)
+    ).with_values(**table, **dict(plan.files))
 
 
 def read_template(path: str | None) -> str | None:

@@ -1,8 +1,10 @@
 """`tokenpipe serve --speculate ngram` through every door (issue 33): the same answers as
 the session's plain server (model_server: same model, cache and parallelism), with stop
 strings, an output format, logprobs, `n` and cancel; drafted and accepted tokens in the
-v1 end frame, in OpenAI's usage and on /metrics. The engine tests
-(tests/unit/engines/test_llamacpp_speculate.py) check the same answer over 20 prompts."""
+v1 end frame, in OpenAI's usage and on /metrics. `--speculate draft --draft-model` (the
+bundled model drafting for itself) through the chat completions door. The engine tests
+(tests/unit/engines/test_llamacpp_speculate.py, test_llamacpp_draft.py) check the same
+answer over many prompts."""
 
 from __future__ import annotations
 
@@ -34,6 +36,19 @@ def spec_server() -> Iterator[ServerProcess]:
     with running(ServerProcess(("--parallel", "4", "--ctx-size", "8192", "--kv-cache",
                                 "split", "--speculate", "ngram", "--speculate-policy",
                                 "always", "--speculate-draft", "4"))) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def draft_server() -> Iterator[ServerProcess]:
+    if not os.environ.get("CI"):
+        pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
+    from tokenpipe.engines.base import bundled_model_path
+
+    with running(ServerProcess(("--parallel", "4", "--ctx-size", "8192", "--kv-cache",
+                                "split", "--speculate", "draft", "--draft-model",
+                                str(bundled_model_path()), "--speculate-policy", "always",
+                                "--speculate-draft", "4"))) as server:
         yield server
 
 
@@ -123,3 +138,51 @@ async def test_the_end_frame_and_metrics_count_drafts_and_cancel_keeps_the_engin
     for name, key in (("tokenpipe_draft_tokens_total", "drafted_tokens"),
                       ("tokenpipe_draft_tokens_accepted_total", "accepted_tokens")):
         assert metric(after, name) - metric(before, name) == timing[key]
+
+
+def test_a_draft_model_gives_the_plain_servers_answer(
+    draft_server: ServerProcess, model_server: ServerProcess,
+) -> None:
+    """Through /v1/chat/completions: greedy with a stop string and logprobs, seeded with
+    n=2, and under a JSON schema; drafts counted in the usage and on /metrics."""
+    schema = {"type": "object", "properties": {"opens": {"type": "string"},
+                                               "price": {"type": "integer"}},
+              "required": ["opens", "price"]}
+    bodies = {
+        "greedy, stop, logprobs": {"temperature": 0, "logprobs": True, "top_logprobs": 2,
+                                   "stop": ["euros"]},
+        "seeded, n=2": {"temperature": 0.9, "seed": 11, "n": 2},
+        "json schema": {"temperature": 0, "response_format": {
+            "type": "json_schema", "json_schema": {"name": "museum", "schema": schema}}},
+        "free text": {"temperature": 0, "messages": user("Why is the sky blue?")},
+    }
+
+    def answers(server: ServerProcess) -> tuple[dict[str, Any], int, int]:
+        out, drafted, accepted = {}, 0, 0
+        for name, extra in bodies.items():
+            got = post(server, "/v1/chat/completions", {
+                "model": MODEL, "messages": user(), "max_tokens": TOKENS, **extra})
+            out[name] = [(c["message"]["content"], c.get("logprobs")) for c in got["choices"]]
+            details = got["usage"]["completion_tokens_details"]
+            accepted += details["accepted_prediction_tokens"]
+            drafted += (details["accepted_prediction_tokens"]
+                        + details["rejected_prediction_tokens"])
+        return out, drafted, accepted
+
+    def counted(name: str) -> float:  # over every door's label
+        text = httpx.get(draft_server.url + "/metrics").text
+        return sum(float(v) for v in re.findall(re.escape(name) + r'\{api="[^"]*"\} (\S+)',
+                                                text))
+
+    before = [counted(n) for n in ("tokenpipe_draft_tokens_total",
+                                   "tokenpipe_draft_tokens_accepted_total")]
+    (plain, plain_drafted, _), (spec, drafted, accepted) = (answers(model_server),
+                                                            answers(draft_server))
+    after = [counted(n) for n in ("tokenpipe_draft_tokens_total",
+                                  "tokenpipe_draft_tokens_accepted_total")]
+    assert {k: (v, spec[k]) for k, v in plain.items() if spec[k] != v} == {}
+    assert plain["greedy, stop, logprobs"][0][0].endswith("twelve ")  # the stop cut it
+    assert plain_drafted == 0
+    assert 0 < accepted <= drafted
+    assert [a - b for a, b in zip(after, before, strict=True)] == [drafted, accepted]
+    print(f"\ndraft model: {drafted} drafted, {accepted} accepted")

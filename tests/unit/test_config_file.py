@@ -83,6 +83,13 @@ def test_relative_paths_are_the_files_own(tmp_path: Path) -> None:
     small = s.model_configs[0]
     assert small.source == str(tmp_path / "smol.gguf")
     assert engine_options(s, plans(s)[0]).chat_template == "{{ messages[0]['content'] }}"
+    # a draft model too (an option that names a model), as a server key and in a table
+    (tmp_path / "draft.gguf").write_bytes(b"x")
+    s = Settings.load(write(tmp_path, CONFIG.replace('context = 2048', 'draft_model = '
+                                                     '"draft.gguf"')), environ={})
+    assert s.model_configs[0].engine_key("draft_model") == str(tmp_path / "draft.gguf")
+    s = Settings.load(write(tmp_path, 'draft_model = "draft.gguf"\n'), environ={})
+    assert s.draft_model == str(tmp_path / "draft.gguf")
 
 
 @pytest.mark.parametrize(("text", "message"), [

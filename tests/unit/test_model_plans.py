@@ -46,6 +46,22 @@ def test_the_transformers_engine_keeps_hub_ids_and_llamacpp_refuses_them(store: 
         resolve_plans(Settings(model="org/some-model"))
 
 
+def test_a_draft_model_name_is_resolved_as_the_models(store: Path, tmp_path: Path) -> None:
+    """--draft-model (an option that names a model: Option.names_model) takes the names
+    --model takes; a path stays as given; an unknown name fails before anything loads."""
+    settings = Settings(model="smollm2", draft_model="ollama:smol")
+    (plan,) = resolve_plans(settings)
+    assert plan.files == (("draft_model", str(store)),)
+    assert engine_options(settings, plan).draft_model == str(store)
+    path = tmp_path / "draft.gguf"
+    path.write_bytes(b"")
+    settings = Settings(model="smollm2", draft_model=str(path))
+    (plan,) = resolve_plans(settings)
+    assert engine_options(settings, plan).draft_model == str(path)
+    with pytest.raises(ModelNotFound, match="unknown model 'no-such-draft'"):
+        resolve_plans(Settings(model="smollm2", draft_model="no-such-draft"))
+
+
 def test_chat_template_flag_and_its_errors(tmp_path: Path, store: Path) -> None:
     good = tmp_path / "t.jinja"
     good.write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")

@@ -21,7 +21,7 @@ class Option:
     """One engine option. `name` is the setting (`--kv-cache`, TOKENPIPE_KV_CACHE, `kv_cache`
     in the configuration file); `attr` the name the engine reads it by from EngineOptions
     (default: name); `model_key` its key in a `[models.NAME]` table, where a model may set
-    it alone."""
+    it alone; `names_model`: its value names a model, resolved as --model's is."""
 
     name: str
     kind: str  # one of KINDS
@@ -32,6 +32,7 @@ class Option:
     attr: str | None = None
     secret: bool = False  # kept out of reprs and logs (an API key)
     metavar: str | None = None
+    names_model: bool = False  # a model name resolved to a file as --model is (model_plans.py)
 
     @property
     def field(self) -> str:

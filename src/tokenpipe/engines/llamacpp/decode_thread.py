@@ -2,7 +2,8 @@
 into their KV tier (tiers.py) and slot (slots.py), plans each step's rows (one token per
 decoding sequence plus chunks of waiting prompts, sized by time: pace.py), runs one
 llama_decode a tier, hands each step's events to the event loop at once (with
---speculate, a lone decoding sequence's drafted tokens ride in its step: speculate.py),
+--speculate, a lone decoding sequence's drafted tokens ride in its step: speculate.py,
+drafted from its own tokens or by a draft model: draft.py),
 opens the shared tier when a sequence first needs it and frees it once idle, and recovers
 from a fault with fresh contexts. LlamaCppEngine (engine.py) inherits it; what it reads of
 the engine is declared below."""
@@ -23,11 +24,12 @@ from ...types import EngineEvent, EngineProgress
 from ..base import EngineInfo, drain, hand_over
 from ..prefill import prefill_of
 from . import speculate
+from .draft import DraftModel, ModelDraft
 from .pace import CHUNK_MAX, PromptPace
 from .progress import progress
 from .sampler import make_sampler
 from .slots import Seq
-from .speculate import VerifyCost, produce, timed_decode
+from .speculate import Lookup, VerifyCost, produce, timed_decode
 from .tiers import Tier, move_prefix, tier_for
 from .vocab import Vocab
 
@@ -54,10 +56,11 @@ class DecodeThread:
     _guides: OnFirstUse[Guides]
     _batch_cap: int
     shared_tier_keep_alive: float
-    speculate: str  # "off" or "ngram"
+    speculate: str  # "off", "ngram" or "draft"
     speculate_policy: str  # speculate.POLICIES
     speculate_draft: int  # drafted tokens a step, at most
     _verify_cost: VerifyCost
+    _draft: DraftModel | None  # --draft-model, once loaded
     _pace: PromptPace
 
     def _new_context(self) -> None:
@@ -190,7 +193,11 @@ class DecodeThread:
                 *grammar, prefill=prefill_of(request) or "",
                 compiled=seq.prepared.compiled.pop(grammar[0], None))
         if self.speculate == "ngram":
-            speculate.start(seq, self.speculate_policy, self.speculate_draft)
+            speculate.start(seq, Lookup(seq.prompt), self.speculate_policy,
+                            self.speculate_draft)
+        elif self.speculate == "draft" and self._draft is not None:
+            speculate.start(seq, ModelDraft(self._draft, seq.prompt), self.speculate_policy,
+                            self.speculate_draft)
         return True
 
     def _release(self, seq: Seq) -> None:

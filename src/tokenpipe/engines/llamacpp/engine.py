@@ -48,6 +48,7 @@ try:
     from . import decode_steps, exact, threadpool
     from .context import give_back_freed_memory
     from .decode_thread import PROMPT_CHUNK, DecodeThread
+    from .draft import DraftModel, token_texts
     from .embed import EMBED_WINDOW, Embedder, EmbedWorker
     from .kind import KIND
     from .pace import PromptPace
@@ -82,8 +83,18 @@ class LlamaCppEngine(DecodeThread, Engine):
         self.speculate: str = own["speculate"]
         self.speculate_policy: str = own["speculate_policy"]
         self.speculate_draft = int(own["speculate_draft"])
+        self.draft_model: str | None = own["draft_model"] or None
+        if self.draft_model and self.speculate == "off":  # the draft model says it all
+            self.speculate = "draft"
+        if self.speculate == "draft" and not self.draft_model:
+            raise EngineError("--speculate draft needs --draft-model NAME (a GGUF of the "
+                              "model's vocabulary)")
+        if self.draft_model and self.speculate != "draft":
+            raise EngineError(f"--draft-model is for --speculate draft, not "
+                              f"--speculate {self.speculate}")
         if self.speculate_draft < 1:
             raise EngineError("speculate_draft must be at least 1")
+        self._draft: DraftModel | None = None  # loaded with the model
         if self.speculate != "off" and self.determinism == "serial":
             raise EngineError("--speculate verifies drafts in one decode: it needs "
                               "--determinism exact (or fast), not serial")
@@ -140,6 +151,9 @@ class LlamaCppEngine(DecodeThread, Engine):
         if not self._model:
             raise EngineError(f"llama.cpp could not load {path}")
         self._vocab = Vocab(self._model, self.options.chat_template)
+        if self.draft_model:
+            self._draft = DraftModel.load(self._draft_path(), token_texts(self._vocab.handle),
+                                          path.name)
         if self.options.context_size is None:  # the model's own trained context
             self._layout = layout(self.kv_cache, default_cells(
                 self.kv_cache, self.parallel, lc.llama_model_n_ctx_train(self._model)),
@@ -154,10 +168,27 @@ class LlamaCppEngine(DecodeThread, Engine):
             self._model, self._vocab.n_tokens, self._threads,
             min(EMBED_WINDOW, lc.llama_model_n_ctx_train(self._model))),
             lambda text: self._vocab.tokenize(text, add_special=True))  # as llama-server
-        log.info("loaded %s: context %d (%s), %d sequences, %d threads", path.name,
+        log.info("loaded %s: context %d (%s), %d sequences, %d threads%s", path.name,
                  sum(cells for _, cells in self._layout),
                  " + ".join(t.label for t in self._tiers),
-                 self.parallel, self._threads)
+                 self.parallel, self._threads,
+                 f", draft model {self._draft.path.name}" if self._draft else "")
+
+    def _draft_path(self) -> Path:
+        """--draft-model's file: a path as given, else a name resolved as --model's is
+        (the server resolves it before loading: model_plans.py; this is for an engine
+        built from options directly)."""
+        assert self.draft_model
+        given = Path(self.draft_model).expanduser()
+        if given.is_file():
+            return given
+        from ...models import Places, resolve
+
+        try:
+            found = resolve(self.draft_model, Places(), download=False)
+        except ValueError as exc:  # ModelNotFound: the candidates
+            raise EngineError(f"draft model: {exc}") from None
+        return found.path if found is not None else given
 
     def _new_context(self) -> None:
         """Fresh contexts (a tier each), batches and thread pool for the loaded model (at
@@ -183,6 +214,12 @@ class LlamaCppEngine(DecodeThread, Engine):
         for tier in self._tiers:
             if tier.lazy:
                 self._close_tier(tier)
+        if self._draft is not None:  # one sequence's cells, as long as the longest here
+            cells = min(self.info.context_tokens + self.speculate_draft,
+                        max(self._draft.n_ctx_train, 512))
+            draft = self._draft.open(cells, self._threads)
+            if self._pool is not None:
+                self._pool.attach(draft.ctx)
 
     def _open_tier(self, tier: Tier) -> None:
         context = tier.open(self._model, self.determinism, threads=self._threads,
@@ -285,6 +322,9 @@ class LlamaCppEngine(DecodeThread, Engine):
 
     def _free_context(self) -> None:
         self._free_run_state()
+        if self._draft is not None:
+            self._draft.free()
+            self._draft = None
         if getattr(self, "_model", None):
             lc.llama_model_free(self._model)
             self._model = None
@@ -297,6 +337,8 @@ class LlamaCppEngine(DecodeThread, Engine):
         for tier in self._tiers:
             tier.close()
         self._tiers = []
+        if self._draft is not None:
+            self._draft.close()
 
     # ---- llama.cpp alone, for `tokenpipe bench --decode-steps` ----------------------------
     @classmethod

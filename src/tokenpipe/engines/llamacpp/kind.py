@@ -28,11 +28,18 @@ KIND = EngineKind(
                     "chunks that keep each step within about this long, so a streaming "
                     "answer's next token waits at most about that for it (default 50; 0: "
                     "chunks of 512 tokens, the newcomer's first token sooner)"),
-        Option("speculate", "str", "off", choices=("off", "ngram"), model_key="speculate",
+        Option("speculate", "str", "off", choices=("off", "ngram", "draft"),
+               model_key="speculate",
                help="llamacpp: speculative decoding; ngram drafts tokens from the prompt "
-                    "and the answer so far (no second model) and verifies them in one "
-                    "decode: under --determinism exact the answer stays the same, greedy "
-                    "or seeded; see docs/determinism.md (default off)"),
+                    "and the answer so far (no second model), draft with --draft-model; "
+                    "drafts are verified in one decode: under --determinism exact the "
+                    "answer stays the same, greedy or seeded; see docs/determinism.md "
+                    "(default off)"),
+        Option("draft_model", "str", None, model_key="draft_model", metavar="NAME",
+               names_model=True,
+               help="llamacpp --speculate draft: a small model of the same vocabulary "
+                    "whose greedy continuation is the draft (a GGUF path or a name "
+                    "--model takes; given alone, it means --speculate draft)"),
         Option("speculate_policy", "str", "adaptive", choices=("adaptive", "always"),
                help="llamacpp --speculate: adaptive (default: drafts where the measured "
                     "price of verifying and the recent acceptance promise a gain, one "

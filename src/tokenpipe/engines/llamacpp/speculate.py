@@ -16,10 +16,16 @@ sample does not depend on how many tokens were verified together, and a drafted 
 grammar forbids is never sampled (rejected). Under `--determinism fast` llama.cpp's kernels
 for k + 1 rows differ from those for one: speculation may change the answer there.
 
+Drafts have two sources: the lookup above (`--speculate ngram`), or a draft model of the
+same vocabulary (`--speculate draft`, `--draft-model NAME`: draft.py), whose greedy
+continuation of the sequence is the draft. Verification is the same for both.
+
 Whether to draft, and how many, follows the price (VerifyCost: the engine's measured
 seconds a step of w rows of one sequence) and the sequence's recent acceptance: a draft of
 k is made when the expected tokens of a step, (1 - a^(k+1)) / (1 - a) at acceptance a,
-beat what its rows cost against one. With several sequences decoding, nothing is drafted.
+beat what its rows cost against one, plus, for a draft model, what drafting k tokens
+costs (k of its one-row decodes, timed; the length is chosen before drafting then). With
+several sequences decoding, nothing is drafted.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import llama_cpp as lc
 
@@ -45,8 +52,24 @@ _MARGIN = 1.05  # a draft must promise this much over plain decoding
 _KEPT = 15  # steps of each width whose median prices it
 
 
+class Source(Protocol):
+    """Where a sequence's drafts come from: Lookup, or draft.ModelDraft."""
+
+    priced: bool  # drafting costs time of its own: the length is chosen before drafting
+
+    def append(self, token: int) -> None: ...
+
+    def draft(self, k: int) -> list[int]: ...
+
+    @property
+    def seconds_per_token(self) -> float | None: ...
+
+
 class Lookup:
     """The sequence's tokens so far and, for each n-gram, where it last ended."""
+
+    priced = False  # a lookup costs next to nothing: what it finds is then cut to length
+    seconds_per_token = None
 
     def __init__(self, tokens: Sequence[int]) -> None:
         self.tokens = list(tokens)
@@ -88,6 +111,10 @@ class VerifyCost:
         steps.append(seconds)
         self._seconds[rows] = statistics.median(steps)
 
+    def seconds(self, rows: int) -> float | None:
+        """The median seconds of a step of `rows` rows, None before one was measured."""
+        return self._seconds.get(rows)
+
     def ratio(self, rows: int) -> float | None:
         """A step of `rows` against one of one row; a width not measured yet takes the
         price of each added row from the nearest measured width. None until one row and
@@ -105,9 +132,9 @@ class VerifyCost:
 
 @dataclass(eq=False)
 class Speculation:
-    """One sequence's drafts: its lookup, its recent acceptance and its counters."""
+    """One sequence's drafts: their source, its recent acceptance and its counters."""
 
-    lookup: Lookup
+    source: Source
     policy: str = "adaptive"
     most: int = DRAFT_MAX  # drafted tokens a step, at most
     draft: list[int] = field(default_factory=list)  # this step's, being verified
@@ -119,8 +146,10 @@ class Speculation:
     def plan(self, limit: int, cost: VerifyCost) -> list[int]:
         """This step's draft (also kept in .draft), at most `limit` tokens."""
         limit = min(limit, self.most)
-        draft = self.lookup.draft(limit) if limit > 0 else []
-        if draft and self.policy == "adaptive":
+        if limit > 0 and self.policy == "adaptive" and self.source.priced:
+            limit = self._length(limit, cost)  # a draft model's draft is paid for first
+        draft = self.source.draft(limit) if limit > 0 else []
+        if draft and self.policy == "adaptive" and not self.source.priced:
             draft = draft[: self._length(len(draft), cost)]
         self.idle = 0 if draft else self.idle + 1
         self.draft = draft
@@ -132,9 +161,13 @@ class Speculation:
         if self.idle >= PROBE_EVERY:  # measure again: the machine or the text may differ
             return min(most, 2)
         a = min(self.rate, 0.99)
+        drafting = self.source.seconds_per_token  # a drafted token's own price, if any
+        one = cost.seconds(1)
+        per_draft = drafting / one if drafting is not None and one else 0.0
         best, best_gain = 0, _MARGIN
         for k in range(1, most + 1):
-            gain = (1 - a ** (k + 1)) / (1 - a) / (cost.ratio(k + 1) or 1.0)
+            price = (cost.ratio(k + 1) or 1.0) + k * per_draft
+            gain = (1 - a ** (k + 1)) / (1 - a) / price
             if gain > best_gain:
                 best, best_gain = k, gain
         return best
@@ -145,9 +178,9 @@ class Speculation:
         self.rate = 0.7 * self.rate + 0.3 * (accepted / drafted)
 
 
-def start(seq: Seq, policy: str, most: int) -> None:
-    """Gives seq a Speculation over its prompt."""
-    seq.spec = Speculation(Lookup(seq.prompt), policy, most)
+def start(seq: Seq, source: Source, policy: str, most: int) -> None:
+    """Gives seq a Speculation whose drafts come from `source` (over its prompt)."""
+    seq.spec = Speculation(source, policy, most)
 
 
 def produce(seq: Seq, vocab: Vocab) -> tuple[list[EngineEvent | BaseException], bool]:
@@ -164,7 +197,7 @@ def produce(seq: Seq, vocab: Vocab) -> tuple[list[EngineEvent | BaseException], 
     while True:
         got, ended = next_token(seq, vocab)
         items.extend(got)
-        spec.lookup.append(seq.last)
+        spec.source.append(seq.last)
         if accepted < len(draft) and seq.last == draft[accepted]:
             accepted += 1
             if not ended:
