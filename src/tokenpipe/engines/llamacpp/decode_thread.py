@@ -224,7 +224,7 @@ class DecodeThread:
 
     def _plan(self, active: list[Seq]) -> list[_Row]:
         """This step's rows: the sampled token of every decoding sequence, then chunks of
-        waiting prompts, first come first served, sorted by slot (llama.cpp puts rows in
+        waiting prompts, the shortest first, sorted by slot (llama.cpp puts rows in
         one ubatch only for increasing, consecutive sequence ids: each run is one graph)."""
         rows: list[_Row] = []
         for seq in active:
@@ -237,9 +237,13 @@ class DecodeThread:
             draft = seq.spec.plan(seq.max_tokens - seq.generated - 1, self._verify_cost)
             rows.extend((seq, token, seq.n_past + 1 + j, True) for j, token in enumerate(draft))
         # beside decoding rows, what keeps their step short (pace.py)
-        budget = min(self._batch_cap - len(rows), self._pace.chunk(len(rows)))
-        for seq in active:
-            if seq.todo and seq.donor is None and budget > 0:
+        tiers = len({id(seq.tier) for seq in active if seq.tier is not None})
+        budget = min(self._batch_cap - len(rows), self._pace.chunk(len(rows), max(1, tiers)))
+        # the shortest prompt first: a short question's first token does not wait for a
+        # long document's prefill beside it (the long one still moves on every step that
+        # has budget left after the short ones)
+        for seq in sorted((s for s in active if s.todo), key=lambda s: len(s.todo)):
+            if seq.donor is None and budget > 0:
                 take = min(budget, PROMPT_CHUNK)  # a long prompt in steps: progress between
                 chunk, seq.todo = seq.todo[:take], seq.todo[take:]
                 last = len(chunk) - 1 if not seq.todo else -1

@@ -17,27 +17,35 @@ from __future__ import annotations
 
 CHUNK_MAX = 512  # prompt tokens a step, at most (and with nobody decoding beside it)
 CHUNK_MIN = 8  # a prompt always moves on, however slow a row is
-FIRST_ROW_S = 0.003  # assumed cost of a row until a step has been measured
-WEIGHT = 0.25  # of a new measurement in the running estimate
+FIRST_STEP_S = 0.015  # assumed cost of a step's fixed part until one has been measured
+FIRST_ROW_S = 0.003  # and of each row in it
+WEIGHT = 0.25  # of a new measurement in each running estimate
 
 
 class PromptPace:
-    """The prompt rows a step may add beside decoding sequences (see the module)."""
+    """The prompt rows a step may add beside decoding sequences (see the module). A step of
+    n rows is read as fixed + n x row: `fixed` from steps of one or two rows (what a step
+    costs whatever it holds: the weights read, the graph), `row` from steps of four or
+    more, what they took beyond `fixed` per row. Both follow the machine as it is now."""
 
     def __init__(self, step_s: float) -> None:
         self.step_s = step_s  # 0: no limit but CHUNK_MAX
-        self.row_s = FIRST_ROW_S  # seconds a row costs in a step of many rows
+        self.fixed_s = FIRST_STEP_S
+        self.row_s = FIRST_ROW_S
 
     def record(self, rows: int, seconds: float) -> None:
-        """A step of `rows` rows took `seconds`. Only steps of 16 rows or more teach the
-        estimate: in a smaller one the fixed cost of a step (weights read once, the graph)
-        would read as cost per row."""
-        if rows >= 16:
-            self.row_s += WEIGHT * (seconds / rows - self.row_s)
+        """A step of `rows` rows took `seconds`."""
+        if rows <= 2:
+            self.fixed_s += WEIGHT * (seconds - self.fixed_s)
+        elif rows >= 4:
+            per_row = max(seconds - self.fixed_s, 0.0) / rows
+            self.row_s += WEIGHT * (per_row - self.row_s)
 
-    def chunk(self, decoding: int) -> int:
-        """Prompt tokens the next step may take beside `decoding` rows of answers."""
+    def chunk(self, decoding: int, decodes: int = 1) -> int:
+        """Prompt tokens the next step may take beside `decoding` rows of answers, the
+        step being `decodes` llama_decode calls (one a KV tier in use: each pays the fixed
+        part)."""
         if decoding == 0 or self.step_s <= 0:
             return CHUNK_MAX
-        fits = int(self.step_s / self.row_s) - decoding
+        fits = int((self.step_s - decodes * self.fixed_s) / self.row_s) - decoding
         return max(CHUNK_MIN, min(CHUNK_MAX, fits))
