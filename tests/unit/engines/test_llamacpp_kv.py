@@ -207,7 +207,10 @@ async def test_both_tiers_stream_at_once_with_the_answers_they_give_alone(
         tiered: LlamaCppEngine) -> None:
     tiered.forget_cache()
     long = long_request("lanterns", 300, 24, logprobs=True)
-    shorts = [turns(f"Write one line about {w}.", max_tokens=24) for w in ("owls", "snow")]
+    # answers long enough to be decoding while the long prompt's prefill goes on beside
+    # them in paced chunks (pace.py: the shortest prompt first, a step kept short)
+    shorts = [turns(f"Write a long paragraph about {w}.", max_tokens=80)
+              for w in ("owls", "snow")]
     alone = [await run(tiered, r) for r in (long, *shorts)]
     tiered.forget_cache()
     log: list[str] = []
