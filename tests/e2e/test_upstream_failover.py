@@ -245,9 +245,8 @@ async def test_a_killed_llama_server_s_greedy_answer_goes_on_on_another() -> Non
                     "type": "object", "properties": {"story": {"type": "string"}},
                     "required": ["story"]}}}}
             bound = await client.generate(ask, params=schema)
-            async for _ in bound:
-                if len(bound.deltas) >= 5:
-                    break
+            async for _ in bound:  # killed at the first delta: under a loaded suite the
+                break  # front had read the whole answer by the fifth (its JSON closed early)
             serving(left, slots_busy).stop(signal.SIGKILL)
             with pytest.raises(ServerError) as caught:
                 await bound.collect()

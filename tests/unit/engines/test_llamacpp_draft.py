@@ -42,7 +42,7 @@ from tokenpipe.types import EngineText, OutputFormat
 pytestmark = pytest.mark.model
 
 ROOT = Path(__file__).resolve().parents[3]
-PROMPTS = GROUNDED[::2] + FREE[::2]  # 5 and 5
+PROMPTS = GROUNDED[::4] + FREE[::4]  # 3 and 3 (the ngram tests have 20)
 
 
 @pytest.fixture(scope="module")
