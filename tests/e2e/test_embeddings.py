@@ -149,11 +149,12 @@ def test_langchain_openai_embeddings(model_server: ServerProcess) -> None:
     assert cos(query, docs[0]) > cos(query, docs[1])
 
 
-def test_a_stream_goes_on_while_256_inputs_embed(model_server: ServerProcess) -> None:
-    """The bystander's worst gap while 256 inputs embed stays far below the embedding's
+def test_a_stream_goes_on_while_128_inputs_embed(model_server: ServerProcess) -> None:
+    """The bystander's worst gap while 128 inputs embed stays far below the embedding's
     time: it would be the whole of it if embedding held the event loop or the decode
-    thread. Figures printed (this shared machine is loaded: not a benchmark)."""
-    texts = [f"Short input number {i} about topic {i % 7}." for i in range(256)]
+    thread. Figures printed (this shared machine is loaded: not a benchmark; issue 30's
+    figure, 256 inputs on a quiet machine: scripts/measure_embeddings.py)."""
+    texts = [f"Short input number {i} about topic {i % 7}." for i in range(128)]
     streams: list[list[float]] = []  # each bystander stream's chunk arrival times
     done = threading.Event()
 
@@ -179,12 +180,12 @@ def test_a_stream_goes_on_while_256_inputs_embed(model_server: ServerProcess) ->
     end = time.perf_counter()
     done.set()
     thread.join()
-    assert r.status_code == 200 and len(r.json()["data"]) == 256
+    assert r.status_code == 200 and len(r.json()["data"]) == len(texts)
     during = [t for times in streams for t in times if start <= t <= end]
     gaps = [b - a for times in streams for a, b in itertools.pairwise(times)
             if start <= b and a <= end]
     spent = end - start
-    print(f"\n256 inputs in {spent:.2f} s ({256 / spent:.0f} inputs/s), bystander: "
+    print(f"\n{len(texts)} inputs in {spent:.2f} s ({len(texts) / spent:.0f} inputs/s), bystander: "
           f"{len(during)} chunks meanwhile, worst gap {max(gaps) * 1000:.0f} ms (loaded "
           "machine)")
     assert len(during) >= 5 and max(gaps) < spent / 4
