@@ -90,10 +90,10 @@ async def test_a_killed_upstream_s_greedy_answer_goes_on_on_vllm(
     exact, however many tokens vLLM put in each chunk. Greedy: the client's text, its
     finish_reason and completion_tokens are vLLM's uninterrupted answer's."""
     first, second = vllm_servers
-    params = {"max_tokens": 200, "temperature": 0}
+    # 400 tokens: with 200, a loaded suite once read the first delta after A had ended
+    params = {"max_tokens": 400, "temperature": 0}
     reference = openai_client(second)
-    whole = reference.chat.completions.create(model=MODEL_NAME, messages=STORY,
-                                              max_tokens=200, temperature=0)
+    whole = reference.chat.completions.create(model=MODEL_NAME, messages=STORY, **params)
     with running(ServerProcess(("--engine", "openai", "--upstream", first.url))) as a, \
             front_over(a, second) as front:
         pauses = Pauses()
@@ -117,7 +117,7 @@ async def test_a_killed_upstream_s_greedy_answer_goes_on_on_vllm(
     assert moved[3] == "token ids"
     assert gen.text == whole.choices[0].message.content
     assert gen.end["finish_reason"] == whole.choices[0].finish_reason == "length"
-    assert gen.end["usage"]["completion_tokens"] == whole.usage.completion_tokens == 200
+    assert gen.end["usage"]["completion_tokens"] == whole.usage.completion_tokens == 400
     assert gen.end["usage"]["prompt_tokens"] == whole.usage.prompt_tokens
 
 
