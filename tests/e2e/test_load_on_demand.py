@@ -22,6 +22,7 @@ from tokenpipe.server.model_slots import LOAD_RETRY_S
 pytestmark = [pytest.mark.e2e, pytest.mark.model]
 
 USER = [{"role": "user", "content": "Name three colours."}]
+STORY = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
 
 
 def rss_mb(pid: int) -> float:
@@ -94,7 +95,9 @@ async def test_first_request_loads_then_lru_eviction_then_keep_alive_frees(serve
 async def test_a_generating_model_is_never_evicted(server: Any) -> None:
     async with Client(server.ws_url) as client:
         await answer(client, "twin")  # twin loaded
-        long = await client.generate(USER, model="twin", params={"max_tokens": 120})
+        # a story: "Name three colours." ended within the 0.3 s below once (then twin was
+        # idle, and rightly made room)
+        long = await client.generate(STORY, model="twin", params={"max_tokens": 120})
         await aiter(long).__anext__()  # its first text: it is generating
         other = await client.generate(USER, model="small", params={"max_tokens": 8})
         await asyncio.sleep(0.3)
