@@ -28,28 +28,27 @@ GROUNDED = ("Repeat this text exactly: The museum opens at nine in the morning a
 TOKENS = 24
 
 
-@pytest.fixture(scope="module")
-def spec_server() -> Iterator[ServerProcess]:
+def drafting(*source: str) -> Iterator[ServerProcess]:
+    """As model_server, plus drafts from `source` at every step (the adaptive policy
+    follows timings)."""
     if not os.environ.get("CI"):
         pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
-    # as model_server, plus drafts at every step (the adaptive policy follows timings)
     with running(ServerProcess(("--parallel", "4", "--ctx-size", "8192", "--kv-cache",
-                                "split", "--speculate", "ngram", "--speculate-policy",
+                                "split", "--speculate", *source, "--speculate-policy",
                                 "always", "--speculate-draft", "4"))) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
+def spec_server() -> Iterator[ServerProcess]:
+    yield from drafting("ngram")
+
+
+@pytest.fixture(scope="module")
 def draft_server() -> Iterator[ServerProcess]:
-    if not os.environ.get("CI"):
-        pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
     from tokenpipe.engines.base import bundled_model_path
 
-    with running(ServerProcess(("--parallel", "4", "--ctx-size", "8192", "--kv-cache",
-                                "split", "--speculate", "draft", "--draft-model",
-                                str(bundled_model_path()), "--speculate-policy", "always",
-                                "--speculate-draft", "4"))) as server:
-        yield server
+    yield from drafting("draft", "--draft-model", str(bundled_model_path()))
 
 
 def user(text: str = GROUNDED) -> list[dict[str, str]]:
