@@ -1,5 +1,6 @@
 """Embeddings on llama.cpp: a second context over the loaded model, with embeddings on and
-the model's pooling, on a worker thread of its own.
+the model's pooling, on a thread of its own for each request (compute.py: a thread that
+lived on after decoding would slow every later llama_decode of the process).
 
 Pooling: what the GGUF declares (`<arch>.pooling_type`: mean, cls, last for embedding
 models). A generative model declares none, where llama.cpp pools nothing (one vector per
@@ -15,7 +16,6 @@ EMBED_WINDOW tokens, so the two threads take turns on the cores in short steps.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -25,6 +25,7 @@ import llama_cpp as lc
 
 from ...errors import BadRequest, ContextOverflow, EngineError
 from ..base import Embedded, EmbedInput
+from .compute import OwnThreads
 
 log = logging.getLogger("tokenpipe.llamacpp")
 
@@ -38,17 +39,17 @@ POOLING_NAMES = {lc.LLAMA_POOLING_TYPE_MEAN: "mean", lc.LLAMA_POOLING_TYPE_CLS: 
 
 
 class EmbedWorker:
-    """The engine's embed(): texts tokenized, checked and embedded on one worker thread
-    (requests take turns), never on the event loop or the decode thread."""
+    """The engine's embed(): texts tokenized, checked and embedded on a thread that ends
+    with the request (requests take turns), never on the event loop or the decode thread."""
 
     def __init__(self, embedder: Embedder, tokenize: Callable[[str], Sequence[int]]) -> None:
         self.embedder = embedder
         self._tokenize = tokenize
-        self._pool = concurrent.futures.ThreadPoolExecutor(1, "llamacpp-embed")
+        self._threads = OwnThreads("llamacpp-embed")
 
     async def embed(self, inputs: Sequence[EmbedInput], truncate: bool) -> Embedded:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self._embed, list(inputs), truncate)
+        given = list(inputs)
+        return await self._threads.run(lambda: self._embed(given, truncate))
 
     def _embed(self, inputs: list[EmbedInput], truncate: bool) -> Embedded:
         ids = [self.embedder.check(self._tokenize(x) if isinstance(x, str) else x, i,
@@ -57,7 +58,7 @@ class EmbedWorker:
 
     async def aclose(self) -> None:
         """Waits for the embedding running, then frees the context (before the model)."""
-        await asyncio.to_thread(self._pool.shutdown, True, cancel_futures=True)
+        await asyncio.to_thread(self._threads.close)
         self.embedder.close()
 
 

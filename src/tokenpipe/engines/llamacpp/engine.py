@@ -15,6 +15,7 @@ exact.py picks the kernels), so the caches and the batching never change an answ
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import os
 import queue
@@ -134,9 +135,24 @@ class LlamaCppEngine(DecodeThread, Engine):
 
     # ---- loading ------------------------------------------------------------------------
     async def load(self) -> None:
-        await asyncio.to_thread(self._load)
-        self._thread = threading.Thread(target=self._run, name="llamacpp-decode", daemon=True)
+        """Loads on the decode thread, which then decodes: every llama_decode of the engine
+        (the load-time check's too) runs on that one thread (compute.py says why)."""
+        loaded: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._thread = threading.Thread(target=self._load_and_run, args=(loaded,),
+                                        name="llamacpp-decode", daemon=True)
         self._thread.start()
+        await asyncio.wrap_future(loaded)
+
+    def _load_and_run(self, loaded: concurrent.futures.Future[None]) -> None:
+        if not loaded.set_running_or_notify_cancel():
+            return
+        try:
+            self._load()
+        except BaseException as exc:
+            loaded.set_exception(exc)
+            return
+        loaded.set_result(None)
+        self._run()
 
     def _load(self) -> None:
         path = self.model_path or bundled_model_path()
