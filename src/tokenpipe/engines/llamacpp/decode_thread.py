@@ -4,8 +4,9 @@ decoding sequence plus chunks of waiting prompts, sized by time: pace.py), runs 
 llama_decode a tier, hands each step's events to the event loop at once (with
 --speculate, a lone decoding sequence's drafted tokens ride in its step: speculate.py,
 drafted from its own tokens or by a draft model: draft.py),
-opens the shared tier when a sequence first needs it and frees it once idle, and recovers
-from a fault with fresh contexts. LlamaCppEngine (engine.py) inherits it; what it reads of
+opens the shared tier when a sequence first needs it and frees it once idle, ends itself
+once idle (PARK_AFTER_S: compute.py says why) and recovers from a fault with fresh
+contexts. LlamaCppEngine (engine.py) inherits it; what it reads of
 the engine is declared below."""
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from .vocab import Vocab
 log = logging.getLogger("tokenpipe.llamacpp")
 
 PROMPT_CHUNK = CHUNK_MAX  # a long prompt's tokens a step at most: it reports progress
+PARK_AFTER_S = 1.0  # an idle decode thread ends after this; the next sequence starts one
 _Row = tuple[Seq, int, int, bool]  # (sequence, token, position, wants logits)
 
 
@@ -50,6 +52,8 @@ class DecodeThread:
     _wake: threading.Event
     _stop: bool
     _thread: threading.Thread | None
+    _turn: threading.Lock  # between parking and a submission
+    _parked: bool  # the decode thread has ended while idle
     _failure: str | None
     _tiers: list[Tier]
     _vocab: Vocab
@@ -84,16 +88,48 @@ class DecodeThread:
             self._recover(exc, [*active, *waiting])
 
     def _loop(self, waiting: deque[Seq], active: list[Seq]) -> None:
+        idle_since: float | None = None
         while not self._stop:
             waiting.extend(drain(self._inbox))
             self._drop_cancelled(waiting, active)
             self._admit(waiting, active)
             wait_s = self._close_idle_tiers(active)
             if not active:
+                if not waiting and wait_s is None:  # nothing to do now or later
+                    idle_since = idle_since or time.monotonic()
+                    wait_s = PARK_AFTER_S - (time.monotonic() - idle_since)
+                    if wait_s <= 0 and self._park():
+                        return
                 self._wake.wait(wait_s)
                 self._wake.clear()
                 continue
+            idle_since = None
             self._step(active)
+
+    def _park(self) -> bool:
+        """Ends the decode thread, unless a sequence has just come (compute.py: the
+        thread's OpenMP team would slow the decodes of the process's other engines);
+        _submit starts another."""
+        with self._turn:
+            if not self._inbox.empty() or self._stop:
+                return False
+            self._parked = True
+            return True
+
+    def _submit(self, seq: Seq) -> None:
+        """Hands seq to the decode thread (from the event loop), starting one if it has
+        parked."""
+        with self._turn:
+            self._inbox.put(seq)
+            if self._parked:
+                self._parked = False
+                self._start_thread()
+        self._wake.set()
+
+    def _start_thread(self) -> None:
+        thread = threading.Thread(target=self._run, name="llamacpp-decode", daemon=True)
+        thread.start()
+        self._thread = thread  # running before anyone sees it (healthy() reads it)
 
     def _recover(self, exc: BaseException, in_flight: list[Seq]) -> None:
         """Ends the generations in flight with the reason, then carries on with a fresh
@@ -118,9 +154,7 @@ class DecodeThread:
                        for seq in drain(self._inbox)])
             return
         if not self._stop:
-            thread = threading.Thread(target=self._run, name="llamacpp-decode", daemon=True)
-            thread.start()
-            self._thread = thread  # running before anyone sees it (healthy() reads it)
+            self._start_thread()
         self.restarts += 1
         log.warning("llama.cpp engine recovered (restart %d)", self.restarts)
 

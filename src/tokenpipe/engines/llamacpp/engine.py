@@ -119,6 +119,8 @@ class LlamaCppEngine(DecodeThread, Engine):
         self._wake = threading.Event()
         self._stop = False
         self._thread: threading.Thread | None = None
+        self._turn = threading.Lock()
+        self._parked = False
         self._failure: str | None = None
         self.failures = 0  # decode-loop faults that ended the generations in flight
         self.restarts = 0  # fresh contexts after such a fault
@@ -268,7 +270,8 @@ class LlamaCppEngine(DecodeThread, Engine):
 
     # ---- streaming (event loop side) ----------------------------------------------------
     def healthy(self) -> bool:
-        return self._failure is None and self._thread is not None and self._thread.is_alive()
+        return self._failure is None and self._thread is not None and (
+            self._parked or self._thread.is_alive())
 
     @property
     def failure(self) -> str | None:
@@ -283,8 +286,7 @@ class LlamaCppEngine(DecodeThread, Engine):
         if prepared.request.prompt_ids is not None:  # may go on inside a character
             tail = prepared.request.prompt_ids[-3:]
             seq.decoder = Utf8Decoder.after(b"".join(map(self._vocab.piece, tail)))
-        self._inbox.put(seq)
-        self._wake.set()
+        self._submit(seq)
         if self._failure is not None:  # failed for good between the check and the put
             raise EngineUnavailable(self._failure)
         try:
