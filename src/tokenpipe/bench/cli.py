@@ -133,10 +133,10 @@ async def _rounds(args: argparse.Namespace) -> int:
             label + "-free", args.api, args.url, free, free_messages)))
         targets[1] = (kind, lambda: server_run(kind, args.api, args.url, args, messages))
     if args.reference:  # in this process, while the server idles: A B A B
-        from .reference import reference_run
+        from .reference import reference_run, reference_thread
 
-        targets.append(("llama-cpp-python", lambda: asyncio.to_thread(
-            reference_run, args, messages)))
+        targets.append(("llama-cpp-python", lambda: asyncio.wrap_future(
+            reference_thread().submit(reference_run, args, messages))))
     if args.compare:
         targets.append(("compare", lambda: server_run(
             "compare", "sse", args.compare, args, messages)))

@@ -1,9 +1,14 @@
 """--reference llama-cpp-python: the same prompt through llama-cpp-python's own
-create_chat_completion(stream=True), in this process, one stream."""
+create_chat_completion(stream=True), in this process, one stream, always on the same
+thread: a second thread that had decoded would keep an OpenMP team that slows every later
+decode (engines/llamacpp/compute.py), and the reference ran at 73-160 tokens/s by which
+executor thread a round landed on."""
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import functools
 import os
 from typing import Any
 
@@ -13,6 +18,12 @@ from ..engines.base import bundled_model_path
 from .results import RunResult, StreamResult
 
 _LLAMA: Any = None  # loaded once, kept for every round
+
+
+@functools.cache
+def reference_thread() -> concurrent.futures.ThreadPoolExecutor:
+    """The one thread that loads and runs the reference."""
+    return concurrent.futures.ThreadPoolExecutor(1, "llama-cpp-python")
 
 
 def reference_run(args: argparse.Namespace, messages: list[dict[str, str]]) -> RunResult:
