@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ...errors import EngineError
 from ..base import EngineOptions, bundled_model_path
+from .gguf_names import build_once
 from .kind import KIND
 
 # Chat-turn terminators that end a generation even where the config names only one EOS.
@@ -28,6 +29,8 @@ def load(options: EngineOptions) -> tuple[str, Any, Any, torch.device, torch.dty
     if options.threads:
         torch.set_num_threads(options.threads)
     extra = {"gguf_file": gguf} if gguf else {}
+    if gguf:
+        build_once()
     try:
         tok = AutoTokenizer.from_pretrained(source, **extra)
         model: Any = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **extra)

@@ -1,0 +1,35 @@
+"""The transformers engine's GGUF load builds gguf's tensor-name map once for each
+architecture and block count (engines/transformers/gguf_names.py): the remembered map names
+every tensor as a fresh one does. (That the load gives the same weights was checked when it
+was written: the bundled model's state dict hashed equal with and without it.)"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+gguf = pytest.importorskip("gguf") if not os.environ.get("CI") else __import__("gguf")
+
+
+def test_the_map_is_built_once_and_names_what_a_fresh_one_names(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tokenpipe.engines.transformers.gguf_names import build_once
+
+    fresh = gguf.get_tensor_name_map
+    monkeypatch.setattr(gguf, "get_tensor_name_map", fresh)
+    build_once()
+    build_once()  # idempotent: one cache, not a cache of a cache
+    remembered = gguf.get_tensor_name_map
+    assert remembered is not fresh and remembered.__wrapped__ is fresh
+    arch = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == "llama")
+    assert remembered(arch, 30) is remembered(arch, 30)
+    assert remembered(arch, 2) is not remembered(arch, 30)
+    names = [f"model.layers.{i}.{part}" for i in range(30) for part in (
+        "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+        "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "input_layernorm",
+        "post_attention_layernorm")] + ["model.embed_tokens", "model.norm", "lm_head"]
+    built = fresh(arch, 30)
+    assert [remembered(arch, 30).get_name(n) for n in names] == [built.get_name(n)
+                                                                   for n in names]
+    assert all(built.get_name(n) for n in names)
