@@ -3,6 +3,7 @@ hub id, on the device asked for, and the tokens that end a turn."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ...errors import EngineError
 from ..base import EngineOptions, bundled_model_path
-from .gguf_names import build_once
+from .gguf_once import read_once
 from .kind import KIND
 
 # Chat-turn terminators that end a generation even where the config names only one EOS.
@@ -29,11 +30,10 @@ def load(options: EngineOptions) -> tuple[str, Any, Any, torch.device, torch.dty
     if options.threads:
         torch.set_num_threads(options.threads)
     extra = {"gguf_file": gguf} if gguf else {}
-    if gguf:
-        build_once()
     try:
-        tok = AutoTokenizer.from_pretrained(source, **extra)
-        model: Any = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **extra)
+        with read_once() if gguf else contextlib.nullcontext():
+            tok = AutoTokenizer.from_pretrained(source, **extra)
+            model: Any = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **extra)
     except Exception as exc:
         raise EngineError(f"transformers could not load {options.model or source}: "
                           f"{type(exc).__name__}: {exc}") from exc

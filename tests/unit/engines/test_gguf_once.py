@@ -1,5 +1,5 @@
 """The transformers engine's GGUF load builds gguf's tensor-name map once for each
-architecture and block count (engines/transformers/gguf_names.py): the remembered map names
+architecture and block count (engines/transformers/gguf_once.py): the remembered map names
 every tensor as a fresh one does. (That the load gives the same weights was checked when it
 was written: the bundled model's state dict hashed equal with and without it.)"""
 
@@ -14,7 +14,7 @@ gguf = pytest.importorskip("gguf") if not os.environ.get("CI") else __import__("
 
 def test_the_map_is_built_once_and_names_what_a_fresh_one_names(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from tokenpipe.engines.transformers.gguf_names import build_once
+    from tokenpipe.engines.transformers.gguf_once import build_once
 
     fresh = gguf.get_tensor_name_map
     monkeypatch.setattr(gguf, "get_tensor_name_map", fresh)
@@ -33,3 +33,28 @@ def test_the_map_is_built_once_and_names_what_a_fresh_one_names(
     assert [remembered(arch, 30).get_name(n) for n in names] == [built.get_name(n)
                                                                    for n in names]
     assert all(built.get_name(n) for n in names)
+
+
+def test_while_a_model_loads_each_file_is_parsed_once(tmp_path: object) -> None:
+    from pathlib import Path
+
+    import numpy as np
+
+    from tokenpipe.engines.transformers.gguf_once import read_once
+
+    path = Path(str(tmp_path)) / "tiny.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(1)
+    writer.add_tensor("token_embd.weight", np.arange(8, dtype=np.float32).reshape(2, 4))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    original = gguf.GGUFReader
+    with read_once():
+        first, again = gguf.GGUFReader(path), gguf.GGUFReader(str(path))
+        assert first is again and isinstance(first, original)
+        assert first.fields["general.architecture"].contents() == "llama"
+        assert [t.name for t in first.tensors] == ["token_embd.weight"]
+    assert gguf.GGUFReader is original  # put back after the load
+    assert gguf.GGUFReader(path) is not first
