@@ -26,7 +26,7 @@ hypothesis_settings.register_profile("quick", deadline=None, max_examples=25)
 hypothesis_settings.load_profile("default")
 
 ROOT = Path(__file__).resolve().parent.parent
-# Modules that load the bundled GGUF through transformers (~30 s of CPU, once a session
+# Modules that load the bundled GGUF through transformers (~10 s of CPU, once a session
 # per worker, transformers_loads_once): run by one pytest-xdist worker together.
 TRANSFORMERS_GROUP = {
     "tests/test_engine_contract.py", "tests/test_sampling_contract.py",
@@ -269,7 +269,7 @@ class _LoadedOnce:
 @pytest.fixture(scope="session")
 def transformers_loads_once() -> Iterator[None]:
     """The in-process transformers engines load the bundled GGUF once a session, not once a
-    module (~30 s each: transformers parses and de-quantizes the GGUF in Python). Each
+    module (~10 s each: transformers parses and de-quantizes the GGUF in Python). Each
     engine still runs its own load() (path, device, dtype, threads, errors) and its own
     decode thread; only from_pretrained is remembered: every engine gets its own copy of
     the tokenizer (--chat-template sets it), and one model, whose weights inference only

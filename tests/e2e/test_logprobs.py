@@ -191,7 +191,7 @@ def test_the_transformers_engine_gives_them_through_the_same_path(
     """The same door, scheduler and alignment over the transformers engine (the bundled
     model through transformers): streamed equal whole, one entry per token. It loads the
     Hugging Face folder the vLLM set-up wrote from the bundled GGUF where there is one (a
-    second of loading, against 20 s of CPU to convert the GGUF again: the transformers
+    second of loading, against 8 s of CPU to convert the GGUF again: the transformers
     group's tests load the GGUF itself once a session)."""
     pytest.importorskip("transformers")
     folder = vllm_home() / "model"
