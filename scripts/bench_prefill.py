@@ -72,6 +72,7 @@ def start(cmd: list[str], port: int) -> subprocess.Popen[bytes]:
 def main() -> None:
     from scripts.bench_speculate import free_port
     from tests.e2e.llama_server import llama_server_path
+
     from tokenpipe.engines.base import bundled_model_path
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
