@@ -1,8 +1,9 @@
 """A long prompt's prefill (issue 33 item 1: "prefill at least as fast as llama-server's"):
 the time to the first token of one streamed chat answer whose prompt is about --tokens
 tokens, on tokenpipe (`serve`, default settings: the prompt outgrows a split stream, so the
-shared tier opens for it; and with `--determinism fast`) and on llama-server (`-c 8192 -np 1`, the same GGUF and
-threads), A B A B, one server at a time, a new prompt every round (no cache to reuse).
+shared tier opens for it; and with `--determinism fast`) and on llama-server (`-c 8192
+-np 1`, the same GGUF and threads), A B C A B C, one server at a time, a new prompt every
+round (no cache to reuse).
 
     python scripts/bench_prefill.py [--tokens 4600] [--rounds 2] [--threads 2]
 
