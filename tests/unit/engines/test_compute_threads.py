@@ -69,12 +69,12 @@ def test_decodes_on_the_decode_thread_and_embedding_threads_end(
         embedders = set(callers[answered:])
         assert len(embedders) == 2 and decoder not in embedders, "a thread each request"
         # the embedding threads' OpenMP workers ended with them
-        assert await asyncio.to_thread(settled, before) == before
+        assert await asyncio.to_thread(settled, before) <= before
         assert not any(t.is_alive() for t in embedders)
         # idle, the decode thread ends, and its OpenMP worker with it
         await asyncio.to_thread(decoder.join, 10)
         assert not decoder.is_alive() and engine.healthy()
-        assert await asyncio.to_thread(settled, before - 1) == before - 1
+        assert await asyncio.to_thread(settled, before - 1) <= before - 1
         again = [e.text async for e in engine.stream(engine.prepare(request, 8))
                  if isinstance(e, EngineText)]
         assert again == texts
