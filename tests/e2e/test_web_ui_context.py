@@ -31,6 +31,9 @@ from tests.e2e.test_web_ui import (  # noqa: F401  (fixtures, asked for by name)
 )
 
 MAX_TOKENS = 24  # short answers: the prompts fill the context
+# an offer is shown once its ways on are counted exactly: a dozen count_tokens calls over
+# the whole conversation, which a loaded suite run once took longer than 15 s to answer
+OFFER_MS = 60_000
 SENTENCE = "Tokens fill the context of this small model one sentence at a time, and then more. "
 VIEWPORTS = {"desktop": (1280, 800), "phone": (390, 844)}
 
@@ -154,7 +157,7 @@ def edit_and_regenerate_are_checked(page: Page, frames: Frames, name: str) -> No
     question.get_by_role("button", name="Edit and resend this message").click()
     page.get_by_label("Edit your message").fill(draft + " " + draft)
     page.get_by_role("button", name="Save and send").click()
-    expect(offer).to_be_visible()
+    expect(offer).to_be_visible(timeout=OFFER_MS)
     assert len(frames.generates()) == sent, "an edit that overflows was sent"
     offer.get_by_role("button", name="Keep editing").click()
 
@@ -164,7 +167,7 @@ def edit_and_regenerate_are_checked(page: Page, frames: Frames, name: str) -> No
     page.keyboard.press("Escape")
     page.get_by_role("button", name="Regenerate the answer").last.click()
     offer = page.get_by_role("alertdialog", name="A new answer would not fit")
-    expect(offer).to_contain_text("the answer needs at least 600")
+    expect(offer).to_contain_text("the answer needs at least 600", timeout=OFFER_MS)
     assert len(frames.generates()) == sent, "a regenerate that overflows was sent"
     shot(page, f"context-offer-regenerate-{name}")
     offer.get_by_role("button", name="Keep editing").click()
@@ -210,14 +213,14 @@ def test_meter_fit_and_overflow_offer(server: ServerProcess, open_page: OpenPage
     tag = fill_until_offer(page, frames, server.url, size, 1, viewport)
     assert all(f["params"].get("max_tokens") == MAX_TOKENS for f in frames.generates()[1:])
     offer = page.get_by_role("alertdialog", name="This message would not fit")
-    expect(offer).to_contain_text("Turn 1: “Say hello in three words.”")
+    expect(offer).to_contain_text("Turn 1: “Say hello in three words.”", timeout=OFFER_MS)
     shot_both_schemes(page, f"context-offer-{viewport}")
     edit_and_regenerate_are_checked(page, frames, viewport)
     submit(page)  # the draft, once more: the offer is back
 
     # drop the turns ticked, the largest (not the first, small one): the message goes, and
     # its answer arrives whole
-    expect(offer).to_contain_text("Turn 1: “Say hello in three words.”")
+    expect(offer).to_contain_text("Turn 1: “Say hello in three words.”", timeout=OFFER_MS)
     expect(offer.get_by_role("checkbox", name=re.compile("^Turn 1:"))).not_to_be_checked()
     ticked = offer.get_by_role("checkbox", checked=True)
     dropped_turns = ticked.count()
