@@ -79,7 +79,9 @@ def test_continue_after_the_token_limit_and_after_stop(model_server: ServerProce
     # Stopped: the same offer
     set_max_tokens(page, 400)
     send(page, "Now write a very long poem about the sea, with many verses.")
-    page.wait_for_function(  # the new answer's own text, not the one before it
+    # the new answer's own text, not the one before it (once, Stop went before it began)
+    expect(page.locator("article.message.assistant")).to_have_count(2)
+    page.wait_for_function(
         "() => ([...document.querySelectorAll('article.assistant')].pop()"
         "?.querySelector('.markdown')?.textContent ?? '').length > 20", timeout=120_000)
     page.get_by_role("button", name="Stop the answer").click()

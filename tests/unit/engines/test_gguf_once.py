@@ -16,7 +16,8 @@ def test_the_map_is_built_once_and_names_what_a_fresh_one_names(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from tokenpipe.engines.transformers.gguf_once import build_once
 
-    fresh = gguf.get_tensor_name_map
+    # gguf's own function (a transformers load earlier in this process has wrapped it)
+    fresh = getattr(gguf.get_tensor_name_map, "__wrapped__", gguf.get_tensor_name_map)
     monkeypatch.setattr(gguf, "get_tensor_name_map", fresh)
     build_once()
     build_once()  # idempotent: one cache, not a cache of a cache
