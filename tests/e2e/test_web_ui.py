@@ -25,6 +25,7 @@ from playwright.sync_api import (
     expect,
     sync_playwright,
 )
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from websockets.sync.client import connect
 from websockets.typing import Subprotocol
 
@@ -152,6 +153,28 @@ def regenerate(page: Page, version: str = "2/2", timeout: float = 20_000) -> Non
 
 def wait_connected(page: Page) -> None:
     expect(page.locator(".connection[data-status=open]")).to_be_visible()
+
+
+def previous_version(page: Page, answer: Locator, count: str) -> None:
+    """Show the previous version of `answer` and wait until the page shows it: a click
+    returns before the page has drawn the version it switched to."""
+    answer.get_by_role("button", name="Previous version of this answer").click()
+    expect(answer.locator(".version-count")).to_have_text(count)
+
+
+def expect_answer_text(page: Page, text: str) -> None:
+    """The last answer's text becomes exactly `text` (its inner text, as answer_text reads it)
+    within 5 s; if not, the assertion shows what it is."""
+    try:
+        page.wait_for_function(
+            "t => { const all = document.querySelectorAll('article.message.assistant .markdown');"
+            " return all.length > 0 && all[all.length - 1].innerText === t; }",
+            arg=text,
+            timeout=5_000,
+        )
+    except PlaywrightTimeoutError:
+        pass
+    assert answer_text(page) == text
 
 
 def answer_text(page: Page) -> str:

@@ -18,8 +18,10 @@ from tests.e2e.test_web_ui import (  # noqa: F401  (fixtures, asked for by name)
     browser,
     built_ui,
     composer,
+    expect_answer_text,
     last_answer,
     open_page,
+    previous_version,
     regenerate,
     send,
     shot,
@@ -44,9 +46,8 @@ def test_regenerate_and_edit_keep_versions(live_server: LiveServer, open_page: O
 
     regenerate(page)
     assert versions(page) == "2/2"
-    page.get_by_role("button", name="Previous version of this answer").click()
-    assert versions(page) == "1/2"
-    assert answer_text(page) == first
+    previous_version(page, last_answer(page), "1/2")
+    expect_answer_text(page, first)
     shot(page, "chat-versions-light")
 
     # an edit is a new version of the question, the old turn stays one step away
@@ -285,7 +286,8 @@ def test_an_answer_the_server_forgot_offers_retry_from_here(
         answer.get_by_role("button", name="Retry from here").click()
         expect(last_answer(page)).to_have_attribute("data-status", "done", timeout=20_000)
         assert versions(page) == "2/2"
-        page.get_by_role("button", name="Previous version of this answer").click()
-        assert answer_text(page) == partial, "the partial answer was not kept as a version"
+        # the partial answer is kept as the previous version
+        previous_version(page, last_answer(page), "1/2")
+        expect_answer_text(page, partial)
     finally:
         context.close()

@@ -21,8 +21,10 @@ from tests.e2e.test_web_ui import (  # noqa: F401  (fixtures, asked for by name)
     browser,
     built_ui,
     composer,
+    expect_answer_text,
     last_answer,
     open_page,
+    previous_version,
     send,
     shot,
     wait_connected,
@@ -127,8 +129,8 @@ def test_edit_an_answer_then_continue_from_the_edit(model_server: ServerProcess,
     # the model's own answer is a version away
     expect(answer.locator(".version-count")).to_have_text("2/2")
     shot(page, f"continue-from-edit-{size}")
-    answer.get_by_role("button", name="Previous version of this answer").click()
-    assert answer_text(page) == original
+    previous_version(page, answer, "1/2")
+    expect_answer_text(page, original)
 
     # Save alone keeps the edit, says so, and offers Continue
     last_answer(page).get_by_role("button", name="Edit this answer").click()
