@@ -108,6 +108,10 @@ def open_page(browser: Browser, built_ui: None) -> Iterator[OpenPage]:
         contexts.append(context)
         page = context.new_page()
         page.set_default_timeout(15_000)
+        # what the page says went wrong, in a failing test's captured output
+        page.on("pageerror", lambda error: print(f"[page error] {error}"))
+        page.on("console", lambda message: print(f"[console {message.type}] {message.text}")
+                if message.type in {"error", "warning"} else None)
         page.goto(url)
         return page
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Locator, Page, WebSocket, expect
+from playwright.sync_api import Locator, Page, Request, WebSocket, expect
 
 from tests.conftest import ServerProcess, running
 from tests.e2e.test_web_ui import (  # noqa: F401  (fixtures, asked for by name)
@@ -97,6 +98,25 @@ class Frames:
         return [f for f in self.got if f["type"] == "end"]
 
 
+def watch_counts(page: Page) -> None:
+    """Each count request's end and time, in a failing test's captured output (the offers
+    wait on them)."""
+    started: dict[int, float] = {}
+
+    def start(request: Request) -> None:
+        if "count_tokens" in request.url:
+            started[id(request)] = time.perf_counter()
+
+    def end(request: Request, how: str) -> None:
+        if id(request) in started:
+            took = time.perf_counter() - started.pop(id(request))
+            print(f"[count] {time.strftime('%X')} {how} in {took * 1000:.0f} ms")
+
+    page.on("request", start)
+    page.on("requestfinished", lambda request: end(request, "answered"))
+    page.on("requestfailed", lambda request: end(request, f"failed ({request.failure})"))
+
+
 def type_draft(page: Page, text: str) -> int:
     """Types `text` and waits for the meter to count it; the count it shows."""
     composer(page).fill(text)
@@ -156,6 +176,7 @@ def edit_and_regenerate_are_checked(page: Page, frames: Frames, name: str) -> No
     question.hover()
     question.get_by_role("button", name="Edit and resend this message").click()
     page.get_by_label("Edit your message").fill(draft + " " + draft)
+    print(f"[step] {time.strftime('%X')} save and send an edit that overflows")
     page.get_by_role("button", name="Save and send").click()
     expect(offer).to_be_visible(timeout=OFFER_MS)
     assert len(frames.generates()) == sent, "an edit that overflows was sent"
@@ -165,6 +186,7 @@ def edit_and_regenerate_are_checked(page: Page, frames: Frames, name: str) -> No
     page.get_by_role("button", name="Settings").click()
     page.get_by_role("dialog", name="Settings").get_by_label("Max tokens").fill("600")
     page.keyboard.press("Escape")
+    print(f"[step] {time.strftime('%X')} regenerate with max tokens 600")
     page.get_by_role("button", name="Regenerate the answer").last.click()
     offer = page.get_by_role("alertdialog", name="A new answer would not fit")
     expect(offer).to_contain_text("the answer needs at least 600", timeout=OFFER_MS)
@@ -183,6 +205,7 @@ def test_meter_fit_and_overflow_offer(server: ServerProcess, open_page: OpenPage
     width, height = VIEWPORTS[viewport]
     page = open_page(server.url, width=width, height=height)
     frames = Frames(page)
+    watch_counts(page)
     wait_connected(page)
     context = httpx.get(f"{server.url}/v1/models", timeout=10).json()["data"][0]["max_model_len"]
 
