@@ -177,7 +177,9 @@ def edit_and_regenerate_are_checked(page: Page, frames: Frames, name: str) -> No
     question.get_by_role("button", name="Edit and resend this message").click()
     page.get_by_label("Edit your message").fill(draft + " " + draft)
     print(f"[step] {time.strftime('%X')} save and send an edit that overflows")
-    page.get_by_role("button", name="Save and send").click()
+    # the event itself, not a click at a point: the button moves as the edited text grows
+    # the box, which a loaded page may do after the click's point was taken
+    page.get_by_role("button", name="Save and send").dispatch_event("click")
     expect(offer).to_be_visible(timeout=OFFER_MS)
     assert len(frames.generates()) == sent, "an edit that overflows was sent"
     offer.get_by_role("button", name="Keep editing").click()
@@ -186,8 +188,10 @@ def edit_and_regenerate_are_checked(page: Page, frames: Frames, name: str) -> No
     page.get_by_role("button", name="Settings").click()
     page.get_by_role("dialog", name="Settings").get_by_label("Max tokens").fill("600")
     page.keyboard.press("Escape")
+    expect(page.get_by_role("dialog", name="Settings")).to_be_hidden()
     print(f"[step] {time.strftime('%X')} regenerate with max tokens 600")
-    page.get_by_role("button", name="Regenerate the answer").last.click()
+    # the event itself: the list moves back as the settings panel goes
+    page.get_by_role("button", name="Regenerate the answer").last.dispatch_event("click")
     offer = page.get_by_role("alertdialog", name="A new answer would not fit")
     expect(offer).to_contain_text("the answer needs at least 600", timeout=OFFER_MS)
     assert len(frames.generates()) == sent, "a regenerate that overflows was sent"
@@ -206,6 +210,7 @@ def test_meter_fit_and_overflow_offer(server: ServerProcess, open_page: OpenPage
     page = open_page(server.url, width=width, height=height)
     frames = Frames(page)
     watch_counts(page)
+    page.reload()  # the socket opens again, watched (it may have opened before Frames)
     wait_connected(page)
     context = httpx.get(f"{server.url}/v1/models", timeout=10).json()["data"][0]["max_model_len"]
 

@@ -68,6 +68,7 @@ def test_continue_after_the_token_limit_and_after_stop(model_server: ServerProce
                                                        open_page: OpenPage) -> None:
     page = open_page(model_server.url)
     sent = generates(page)
+    page.reload()  # the socket opens again, watched (it may have opened before generates)
     wait_connected(page)
     set_max_tokens(page, 12)
     send(page, "Tell me a long story about a cat who sails around the world.")
@@ -100,6 +101,7 @@ def test_edit_an_answer_then_continue_from_the_edit(model_server: ServerProcess,
     page = open_page(model_server.url, **({"width": 390, "height": 844} if size == "phone"
                                           else {}))
     sent = generates(page)
+    page.reload()  # the socket opens again, watched (it may have opened before generates)
     wait_connected(page)
     set_max_tokens(page, 12)
     composer(page).fill("Write one sentence about Paris.")
