@@ -5,7 +5,8 @@ SSE, from the client's last seq: nothing lost, nothing repeated, the same chunk 
 cancel sent to the other replica stops the producer; a forged token is each door's
 not-found; the stream of a replica killed with SIGKILL is taken over by the replica its
 client follows it on, and ends as the uninterrupted answer; Redis unreachable at start
-refuses to start, lost while serving costs only the sharing; every key expires."""
+refuses to start, lost while serving costs only the sharing, slow to answer a batch
+costs the stream nothing; every key expires."""
 
 from __future__ import annotations
 
@@ -378,3 +379,81 @@ async def test_no_key_outlives_its_stream(redis_server: RedisServer,
     print(f"Redis used {used} B with the streams of this module logged; 0 keys "
           f"{GRACE_S:g} s after their end")
 
+
+
+async def test_a_slow_log_write_lets_readers_on_and_keeps_the_stream_shared(
+        redis_server: RedisServer) -> None:
+    """A batch whose write answers after the call timeout (a loaded machine, not an
+    outage): the stream's reader goes on without the gate meanwhile, the batch still
+    lands, and the stream stays in the log: another replica's store finds it whole."""
+    from tokenpipe.engines.base import PreparedRequest
+    from tokenpipe.server.resumable import Held
+    from tokenpipe.server.state.redis_store import RedisResumeStore
+    from tokenpipe.session import Delta, Finished, GenerationSession
+    from tokenpipe.types import FinishReason, GenerationRequest
+
+    store = RedisResumeStore(30.0, redis_server.url)
+    real, calls, late_s = store._append, [0], 2.5
+
+    async def append(keys: list[str], args: list[object]) -> object:
+        calls[0] += 1
+        if calls[0] == 2:  # the second batch's answer comes late
+            await asyncio.sleep(late_s)
+        return await real(keys, args)
+
+    store._append = append  # type: ignore[assignment]
+    session = GenerationSession(PreparedRequest(GenerationRequest(prompt="x"), "x", [1], 8),
+                                "m", resumable=True)
+    session.bind_cancel(lambda: session.finish(FinishReason.CANCELLED))
+    store.keep(Held(session, "first"))
+    session.mark_started(1)
+    token = session.stream_token
+    assert token is not None
+    reader = store.take_over(token, -1, None)
+    sealer = session.cursor()
+
+    async def add(text: str) -> None:
+        session.add_text(text, 1)
+        sealer.poll(merge=False)
+        await asyncio.sleep(0.05)
+
+    got: list[str] = []
+
+    async def read_until(n: int, within_s: float) -> float:
+        started = time.monotonic()
+        while len(got) < n:
+            assert time.monotonic() - started < within_s, got
+            got.extend(e.text for e in reader.poll() if isinstance(e, Delta))
+            await asyncio.sleep(0.02)
+        return time.monotonic() - started
+
+    try:
+        await add("a")
+        await read_until(1, 5)  # logged, then read
+        await add("b")  # its batch's write answers late
+        for text in "cd":
+            await add(text)
+        waited = await read_until(4, late_s - 0.3)  # not held back for the late answer
+        session.finish(FinishReason.STOP)
+        sealer.poll(merge=False)
+        await asyncio.sleep(late_s + 1.0)  # the late batch lands, then the rest
+        assert store.failure is None
+        assert token not in store._abandoned
+        other = RedisResumeStore(30.0, redis_server.url)
+        try:
+            held = await other.find(token)
+            assert held is not None, "the stream is not in the log"
+            await asyncio.sleep(0.5)
+            copy = held.session.cursor()
+            events = copy.poll()
+            assert "".join(e.text for e in events if isinstance(e, Delta)) == "abcd"
+            assert any(isinstance(e, Finished) for e in events), events
+        finally:
+            other.close()
+            await other.redis.aclose()
+        print(f"a batch answered after {late_s} s: the reader had all four deltas after "
+              f"{waited:.2f} s; the log has the whole stream")
+    finally:
+        sealer.close()
+        store.close()
+        await store.redis.aclose()

@@ -61,6 +61,7 @@ log = logging.getLogger("tokenpipe.state")
 RETRY_S = 1.0  # Redis away: how often the probe tries it again
 CALL_TIMEOUT_S = 1.5  # a Redis call not answered by then counts as Redis away
 LOOKUP_TIMEOUT_S = 5.0  # ... except a resuming client's look-up: it holds no stream back
+APPEND_PATIENCE_S = 5.0  # ... and a batch for a stream's log (its readers go on meanwhile)
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{16,64}")  # what secrets.token_urlsafe makes
 Start = Callable[[GenerationRequest, str], Awaitable[GenerationSession]]
 
@@ -165,8 +166,7 @@ class RedisResumeStore(LocalResumeStore):
                 if lease is None and not taken:  # lease, meta and first batch: one trip
                     done = await self._open_log(held, keys, args)
                 else:
-                    done = await self._safely(functools.partial(self._append, keys, args),
-                                              f"logging stream {token[:6]}…")
+                    done = await self._append_patiently(session, keys, args)
                 if lease is None:
                     lease = asyncio.create_task(self._hold_lease(token, session))
                 if done is None:  # a batch missing from the log: this replica's alone now
@@ -192,6 +192,30 @@ class RedisResumeStore(LocalResumeStore):
                 if session.final is not None and token not in self._abandoned:
                     # at its end, or handed over: a follower need not wait for the expiry
                     await self._safely(lambda: self._release(token), "releasing a lease")
+
+    async def _append_patiently(self, session: GenerationSession, keys: list[str],
+                                args: list[str | int]) -> Any:
+        """A batch appended to the stream's log. Past the call timeout its readers go on
+        without the gate (a stopped Redis holds the stream back no longer), but the batch
+        still has APPEND_PATIENCE_S to land: on a loaded machine a late answer is a moment's
+        slowness, and the stream keeps its place in the log (once it lands the gate follows
+        the log again; a replica that died meanwhile leaves resumes a log that lacks what
+        the readers took in that moment). None where it did not land: the stream is this
+        replica's alone from then on. A lease renewal or another call that times out still
+        marks Redis away at once, and then no further batch is tried."""
+        token = session.stream_token or ""
+        append = asyncio.ensure_future(self._safely(
+            functools.partial(self._append, keys, args), f"logging stream {token[:6]}…",
+            timeout_s=APPEND_PATIENCE_S))
+        try:
+            landed, _ = await asyncio.wait({append}, timeout=self.call_timeout_s)
+            if not landed:
+                log.info("stream %s…: the log is slow to answer; its readers go on "
+                         "meanwhile", token[:6])
+                session.log_reached(None)
+            return await append
+        finally:
+            append.cancel()  # the mirror itself was cancelled (a no-op once it is done)
 
     def hands_over(self, session: GenerationSession) -> bool:
         final, token = session.final, session.stream_token
