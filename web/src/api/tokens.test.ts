@@ -44,6 +44,19 @@ describe('count_tokens', () => {
     expect(await countTokens([{ role: 'user', content: 'hi' }], { baseUrl: 'http://x', fetch: down })).toBeNull();
   });
 
+  it('gives up a count the server never answers (null), and stops with the caller\'s signal', async () => {
+    const hanging = ((_url: string, init?: RequestInit) =>
+      new Promise<Response>((_resolve, reject) => {
+        init?.signal?.addEventListener('abort', () => reject(new DOMException('aborted', 'AbortError')));
+      })) as unknown as typeof fetch;
+    const question = [{ role: 'user' as const, content: 'hi' }];
+    expect(await countTokens(question, { baseUrl: 'http://x', fetch: hanging, timeoutMs: 20 })).toBeNull();
+    const caller = new AbortController();
+    const pending = countTokens(question, { baseUrl: 'http://x', fetch: hanging, signal: caller.signal, timeoutMs: 60_000 });
+    caller.abort();
+    expect(await pending).toBeNull();
+  });
+
   it('takes the context of the model from /v1/models', async () => {
     const models = (async () =>
       new Response(JSON.stringify({ data: [{ id: 'a', max_model_len: 1024 }, { id: 'b', max_model_len: 4096 }] }), { status: 200 })) as unknown as typeof fetch;

@@ -35,6 +35,13 @@ export function countTokensBody(messages: WireMessage[], model?: string, tools: 
   };
 }
 
+/**
+ * A count not answered by then is given up (null): the page holds a send, edit or
+ * regenerate while its prompt is counted, and a server that never answers must not hold
+ * it, and every later one, for good.
+ */
+export const COUNT_TIMEOUT_MS = 20_000;
+
 export interface CountOptions {
   baseUrl: string;
   apiKey?: string;
@@ -42,6 +49,7 @@ export interface CountOptions {
   tools?: ToolSpec[];
   signal?: AbortSignal;
   fetch?: typeof fetch;
+  timeoutMs?: number;
 }
 
 /** The prompt's tokens; null where the server cannot count (no route, no tokenizer, refused). */
@@ -50,18 +58,27 @@ export async function countTokens(messages: WireMessage[], options: CountOptions
   const last = messages[messages.length - 1]?.role;
   if (last !== 'user' && last !== 'tool') return null;
   const fetchImpl = options.fetch ?? fetch;
+  // The caller's signal (a newer draft) or the timeout, whichever comes first.
+  const controller = new AbortController();
+  const abort = () => controller.abort();
+  const timer = setTimeout(abort, options.timeoutMs ?? COUNT_TIMEOUT_MS);
+  options.signal?.addEventListener('abort', abort);
+  if (options.signal?.aborted) abort();
   try {
     const response = await fetchImpl(`${options.baseUrl}/v1/messages/count_tokens`, {
       method: 'POST',
       headers: headers(options.apiKey),
       body: JSON.stringify(countTokensBody(messages, options.model, options.tools)),
-      ...(options.signal ? { signal: options.signal } : {}),
+      signal: controller.signal,
     });
     if (!response.ok) return null;
     const body: unknown = await response.json();
     return isRecord(body) && typeof body.input_tokens === 'number' ? body.input_tokens : null;
   } catch {
     return null;
+  } finally {
+    clearTimeout(timer);
+    options.signal?.removeEventListener('abort', abort);
   }
 }
 
