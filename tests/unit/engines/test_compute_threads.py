@@ -68,9 +68,12 @@ def test_decodes_on_the_decode_thread_and_embedding_threads_end(
             assert len(embedded.vectors) == 2
         embedders = set(callers[answered:])
         assert len(embedders) == 2 and decoder not in embedders, "a thread each request"
-        # the embedding threads' OpenMP workers ended with them
-        assert await asyncio.to_thread(settled, before) <= before
+        # the embedding threads end (a moment after handing their result over; the idle
+        # decode thread may park meanwhile, so the count alone does not show it), and
+        # their OpenMP workers with them
+        await asyncio.to_thread(lambda: [t.join(10) for t in embedders])
         assert not any(t.is_alive() for t in embedders)
+        assert await asyncio.to_thread(settled, before) <= before
         # idle, the decode thread ends, and its OpenMP worker with it
         await asyncio.to_thread(decoder.join, 10)
         assert not decoder.is_alive() and engine.healthy()
