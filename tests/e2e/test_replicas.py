@@ -272,15 +272,19 @@ async def test_a_rolling_restart_behind_nginx_breaks_no_stream() -> None:
     # the default resume grace (30 s), not this module's short one: a stream may wait
     # out a restart before its client resumes it
     args = ("--shutdown-grace-s", "0.3", "--resume-grace-s", "30")
-    max_tokens, clients = 110, 8
-    slow = [{"role": "user", "content": "[[pace_ms=90]]"}]  # 10 s: every restart in it
+    # 34 s at 90 ms a token: every restart falls in it, even on a loaded machine where the
+    # three restarts took 25 s (at 10 s the streams ended before the restarts did)
+    max_tokens, clients = 380, 8
+    slow = [{"role": "user", "content": "[[pace_ms=90]][[tokens=400]]"}]
+    # the same text unpaced (the fake engine's answer does not depend on its pace)
+    fast = [{"role": "user", "content": "[[pace_ms=1]][[tokens=400]]"}]
     # its own Redis: its keys live 30 s (the module's last test checks they expire)
     with running(RedisServer()) as redis_server, contextlib.ExitStack() as stack:
         servers = [stack.enter_context(running(replica(redis_server, *args)))
                    for _ in range(2)]
         stack.callback(lambda: [s.stop() for s in servers])  # those started again too
         nginx = stack.enter_context(running(Nginx([s.port for s in servers])))
-        reference = await uninterrupted(servers[0], max_tokens, slow)
+        reference = await uninterrupted(servers[0], max_tokens, fast)
 
         gaps: list[float] = []
 
